@@ -1,0 +1,187 @@
+"""``django_jobs.backend.JobsBackend``: Django's Tasks framework, on durable rows.
+
+Configure it like any Tasks backend::
+
+    TASKS = {
+        "default": {
+            "BACKEND": "django_jobs.backend.JobsBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {"LEASE_SECONDS": 10},
+        }
+    }
+
+and ``@task`` functions and ``.enqueue()`` run on it unchanged. Enqueue
+validates everything before it writes anything; see ``enqueue.py`` for the
+transaction rules.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.tasks import Task
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+
+from . import registry
+from .conf import JobsOptions
+from .enqueue import accept, new_job
+from .exceptions import InvalidJobOptionError, UnknownQueueError, UnknownTaskError
+from .models import Job
+from .payload import check_arguments
+from .results import JobResult, build
+from .retry import Backoff, RetryPolicy
+from .tasks import JobTask
+
+# Column widths of Job; longer values are refused instead of truncated.
+_MAX_LENGTHS = {"version": 64}
+
+
+class JobsBackend(BaseTaskBackend):
+    task_class = JobTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.settings = JobsOptions.from_mapping(alias, self.options)
+        self.db = self.settings.DATABASE
+
+    # -- validation ---------------------------------------------------------
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        if self.queues and task.queue_name not in self.queues:
+            raise UnknownQueueError(
+                f"Queue {task.queue_name!r} is not one of TASKS[{self.alias!r}]['QUEUES'] "
+                f"({', '.join(sorted(self.queues))})."
+            )
+        super().validate_task(task)
+        if isinstance(task, JobTask):
+            _validate_job_options(task)
+            registry.register(task)
+
+    def retry_policy(self, task: Task[Any, Any] | None, max_attempts: int) -> RetryPolicy:
+        default = Backoff(self.settings.BACKOFF_BASE_SECONDS, self.settings.BACKOFF_CAP_SECONDS)
+        if isinstance(task, JobTask):
+            return RetryPolicy(
+                max_attempts=max_attempts,
+                backoff=task.get_backoff(default),
+                retry_on=task.retry_on,
+                give_up_on=task.give_up_on,
+            )
+        return RetryPolicy(max_attempts=max_attempts, backoff=default)
+
+    # -- enqueue ------------------------------------------------------------
+
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> JobResult:
+        self.validate_task(task)
+        if not registry.is_registered(task):
+            raise UnknownTaskError(
+                f"Task {task.module_path!r} is not registered with django_jobs; define it "
+                f"with @task in a module that workers import (an app's tasks.py or "
+                f"TASKS[{self.alias!r}]['OPTIONS']['TASK_MODULES'])."
+            )
+        args = list(args)
+        kwargs = dict(kwargs)
+        check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
+        options = task if isinstance(task, JobTask) else None
+        job = new_job(
+            backend=self.alias,
+            task_name=task.module_path,
+            task_version=options.version if options else "",
+            args=args,
+            kwargs=kwargs,
+            queue=task.queue_name,
+            priority=task.priority,
+            run_after=task.run_after,
+            expires_at=options.expires_at if options else None,
+            tenant=options.tenant if options else "",
+            initiator=options.initiator if options else "",
+            idempotency_key=options.idempotency_key if options else None,
+            concurrency_key=options.concurrency_key if options else None,
+            max_attempts=(options.max_attempts if options else None) or self.settings.MAX_ATTEMPTS,
+            timeout=options.timeout if options else None,
+        )
+        stored = accept(self.db, job, lambda j: self._announce(task, j))
+        return build(task, stored, [])
+
+    def _announce(self, task: Task[Any, Any], job: Job) -> None:
+        task_enqueued.send(type(self), task_result=build(task, job, []))
+
+    # -- results ------------------------------------------------------------
+
+    def get_result(self, result_id: str) -> JobResult:
+        try:
+            job_id = uuid.UUID(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(f"{result_id!r} is not a job id (a UUID).") from None
+        job = Job.objects.using(self.db).filter(id=job_id).first()
+        if job is None:
+            raise TaskResultDoesNotExist(f"No job with id {result_id}.")
+        task = registry.get(job.task_name)
+        if task is None:
+            raise TaskResultDoesNotExist(
+                f"Job {result_id} exists, but its task {job.task_name!r} is not registered "
+                "in this process."
+            )
+        attempts = list(job.attempt_set.using(self.db).order_by("number"))
+        return build(task, job, attempts)
+
+    # -- checks -------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        from .checks import check_backend
+
+        return check_backend(self)
+
+
+def _validate_job_options(task: JobTask) -> None:
+    def fail(message: str) -> None:
+        raise InvalidJobOptionError(f"{task.module_path}: {message}")
+
+    if task.max_attempts is not None and (
+        isinstance(task.max_attempts, bool)
+        or not isinstance(task.max_attempts, int)
+        or task.max_attempts < 1
+    ):
+        fail(f"max_attempts must be a whole number of at least 1, not {task.max_attempts!r}.")
+    if task.timeout is not None and (
+        isinstance(task.timeout, bool)
+        or not isinstance(task.timeout, int | float)
+        or task.timeout <= 0
+    ):
+        fail(f"timeout must be a positive number of seconds, not {task.timeout!r}.")
+    if task.backoff is not None and not isinstance(task.backoff, Backoff):
+        if isinstance(task.backoff, bool) or not isinstance(task.backoff, int | float):
+            fail(f"backoff must be a number of seconds or a Backoff, not {task.backoff!r}.")
+        elif task.backoff < 0:
+            fail("backoff must not be negative.")
+    for name in ("retry_on", "give_up_on"):
+        classes = getattr(task, name)
+        if not isinstance(classes, tuple) or not all(
+            isinstance(c, type) and issubclass(c, BaseException) for c in classes
+        ):
+            fail(f"{name} must be a tuple of exception classes, not {classes!r}.")
+    for name in ("tenant", "initiator", "idempotency_key", "concurrency_key", "version"):
+        value = getattr(task, name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            fail(f"{name} must be a string, not {type(value).__name__}.")
+        elif len(value) > (limit := _MAX_LENGTHS.get(name, 255)):
+            fail(f"{name} is {len(value)} characters long; at most {limit} fit.")
+        elif name in ("idempotency_key", "concurrency_key") and not value:
+            fail(f"{name} must not be empty (pass None for no key).")
+    if task.expires_at is not None:
+        if not isinstance(task.expires_at, datetime):
+            fail(f"expires_at must be a datetime, not {type(task.expires_at).__name__}.")
+        elif settings.USE_TZ and timezone.is_naive(task.expires_at):
+            fail("expires_at must be an aware datetime.")

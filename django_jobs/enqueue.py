@@ -1,0 +1,149 @@
+"""Acceptance: turning a validated call into a job row, inside the caller's transaction.
+
+The job exists if and only if the caller's transaction commits:
+
+* jobs in the same database as the business data: the row is inserted in the
+  caller's transaction, and workers are woken (and ``task_enqueued`` sent)
+  only after it commits;
+* jobs in another database (``OPTIONS["DATABASE"]``): the insert is deferred
+  with ``on_commit`` of every other database with an open transaction. This
+  leaves one crash window — the process dying between the business commit and
+  the job insert loses the job — which ``docs/concepts.md`` spells out.
+
+The same idempotency key within its scope (task name + tenant) returns the
+existing job. Two processes racing with one key both try the insert; the
+unique constraint lets exactly one win and the other reads the winner's row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connections, transaction
+from django.utils import timezone
+
+from .models import Job
+from .wakeup import wake_on_commit
+
+
+def dedup_scope(task_name: str, tenant: str) -> str:
+    return f"{task_name}|{tenant}"
+
+
+def find_existing(db: str, scope: str, key: str | None) -> Job | None:
+    if key is None:
+        return None
+    return Job.objects.using(db).filter(dedup_scope=scope, idempotency_key=key).first()
+
+
+def insert(db: str, job: Job) -> tuple[Job, bool]:
+    """Insert ``job`` or return the one that already holds its idempotency key.
+
+    Returns (job, created).
+    """
+    if job.idempotency_key is None:
+        job.save(using=db, force_insert=True)
+        return job, True
+    existing = find_existing(db, job.dedup_scope, job.idempotency_key)
+    if existing is not None:
+        return existing, False
+    try:
+        # A savepoint, so losing the race does not abort the caller's transaction.
+        with transaction.atomic(using=db):
+            job.save(using=db, force_insert=True)
+    except IntegrityError:
+        # The other insert has committed (PostgreSQL made us wait for it), and
+        # under READ COMMITTED this new statement sees its row.
+        existing = find_existing(db, job.dedup_scope, job.idempotency_key)
+        if existing is None:
+            raise
+        return existing, False
+    return job, True
+
+
+def open_transactions_elsewhere(db: str) -> list[str]:
+    """Aliases, other than the jobs database, with a transaction open in this thread."""
+    return [alias for alias in connections if alias != db and connections[alias].in_atomic_block]
+
+
+def new_job(
+    *,
+    backend: str,
+    task_name: str,
+    task_version: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    queue: str,
+    priority: int,
+    run_after: datetime | None,
+    expires_at: datetime | None,
+    tenant: str,
+    initiator: str,
+    idempotency_key: str | None,
+    concurrency_key: str | None,
+    max_attempts: int,
+    timeout: float | None,
+) -> Job:
+    now = timezone.now()
+    return Job(
+        id=uuid.uuid4(),
+        backend=backend,
+        task_name=task_name,
+        task_version=task_version,
+        args=args,
+        kwargs=kwargs,
+        queue=queue,
+        priority=priority,
+        run_after=run_after or now,
+        expires_at=expires_at,
+        tenant=tenant,
+        initiator=initiator,
+        idempotency_key=idempotency_key,
+        dedup_scope=dedup_scope(task_name, tenant),
+        concurrency_key=concurrency_key,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        enqueued_at=now,
+        updated_at=now,
+    )
+
+
+def accept(db: str, job: Job, announce: Callable[[Job], None]) -> Job:
+    """Write ``job`` as part of the caller's transaction; announce it after commit.
+
+    Returns the job that holds the work: ``job`` itself, or the existing job
+    with the same idempotency key.
+    """
+    elsewhere = open_transactions_elsewhere(db)
+    if not elsewhere:
+        stored, created = insert(db, job)
+        if created:
+            wake_on_commit(db, stored.queue)
+            transaction.on_commit(lambda: announce(stored), using=db, robust=True)
+        return stored
+    existing = find_existing(db, job.dedup_scope, job.idempotency_key)
+    if existing is not None:
+        return existing
+    _defer_until_all_commit(db, job, elsewhere, announce)
+    return job
+
+
+def _defer_until_all_commit(
+    db: str, job: Job, aliases: list[str], announce: Callable[[Job], None]
+) -> None:
+    """Insert once every open transaction in ``aliases`` has committed."""
+    first, rest = aliases[0], aliases[1:]
+
+    def after_commit() -> None:
+        if rest:
+            _defer_until_all_commit(db, job, rest, announce)
+            return
+        stored, created = insert(db, job)
+        if created:
+            wake_on_commit(db, stored.queue)
+            announce(stored)
+
+    transaction.on_commit(after_commit, using=first)

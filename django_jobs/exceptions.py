@@ -1,0 +1,60 @@
+"""Exceptions users catch, and the signals tasks raise to steer their retries."""
+
+from __future__ import annotations
+
+from django.tasks.exceptions import InvalidTask
+
+
+class EnqueueError(InvalidTask):
+    """Enqueue refused the job before writing anything."""
+
+
+class UnknownTaskError(EnqueueError):
+    """The task is not registered with this backend, so no worker would run it."""
+
+
+class UnknownQueueError(EnqueueError):
+    """The queue is not one of the backend's ``QUEUES``."""
+
+
+class ArgumentsNotJSONError(EnqueueError):
+    """An argument would not come back equal after a JSON round trip."""
+
+
+class PayloadTooLargeError(EnqueueError):
+    """The JSON of args + kwargs exceeds ``MAX_PAYLOAD_BYTES``."""
+
+
+class InvalidJobOptionError(EnqueueError):
+    """A per-job option (tenant, idempotency key, ...) has a value we cannot store."""
+
+
+class LeaseLostError(Exception):
+    """A worker reported on a job whose lease it no longer holds.
+
+    Raised by the transitions layer so that no caller can mistake a fenced-off
+    write for a successful one; the late report is kept on the attempt.
+    """
+
+
+class RetryLater(Exception):
+    """Raise from a task to be run again after ``delay`` seconds.
+
+    It uses up an attempt like any failure (so a task that always asks to be
+    retried still ends ``exhausted``), but skips the retry-on/give-up-on checks
+    and uses the given delay instead of the backoff.
+    """
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        if delay < 0:
+            raise ValueError("RetryLater delay must not be negative.")
+        super().__init__(reason or f"retry requested in {delay:g}s")
+        self.delay = float(delay)
+
+
+class ResultTooLargeError(Exception):
+    """A task returned more JSON than ``MAX_RESULT_BYTES``; the attempt fails for good."""
+
+
+class ResultNotJSONError(Exception):
+    """A task returned a value that does not survive a JSON round trip."""

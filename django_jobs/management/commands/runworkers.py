@@ -1,0 +1,119 @@
+"""``manage.py runworkers``: run the supervisor and its worker processes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTaskBackend
+
+from django_jobs.backend import JobsBackend
+from django_jobs.supervisor import Supervisor
+from django_jobs.worker import WorkerConfig
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise CommandError(f"{value!r} is not a whole number.") from None
+    if number < 1:
+        raise CommandError(f"{value} must be at least 1.")
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Run django-jobs workers: a supervisor that starts --processes worker "
+        "processes, each running up to --concurrency jobs at once in threads."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--backend", default="default", help="TASKS alias to work for (default: default)."
+        )
+        parser.add_argument(
+            "-Q",
+            "--queues",
+            default="",
+            help="Comma-separated queues to take jobs from (default: all of the backend's).",
+        )
+        parser.add_argument(
+            "-p",
+            "--processes",
+            type=_positive,
+            default=1,
+            help="Worker processes to run (default: 1).",
+        )
+        parser.add_argument(
+            "-c",
+            "--concurrency",
+            type=_positive,
+            default=4,
+            help="Jobs each process runs at once, in threads (default: 4).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit once no job of these queues is queued (including scheduled "
+            "retries) or running.",
+        )
+        parser.add_argument(
+            "--max-jobs",
+            type=_positive,
+            default=None,
+            help="Replace a worker process after it has run this many jobs.",
+        )
+        parser.add_argument(
+            "--max-memory",
+            type=_positive,
+            default=None,
+            metavar="MB",
+            help="Replace a worker process once its resident memory exceeds this many MB.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        alias = options["backend"]
+        try:
+            backend = task_backends[alias]
+        except InvalidTaskBackend as exc:
+            raise CommandError(str(exc)) from None
+        if not isinstance(backend, JobsBackend):
+            raise CommandError(
+                f"TASKS[{alias!r}] uses {type(backend).__module__}.{type(backend).__name__}, "
+                "not django_jobs.backend.JobsBackend."
+            )
+        queues = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
+        unknown = sorted(set(queues) - backend.queues)
+        if unknown:
+            raise CommandError(
+                f"Unknown queue(s): {', '.join(unknown)}. TASKS[{alias!r}]['QUEUES'] "
+                f"has {', '.join(sorted(backend.queues))}."
+            )
+        self._configure_logging(options["verbosity"])
+        config = WorkerConfig(
+            backend=alias,
+            queues=queues,
+            concurrency=options["concurrency"],
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            max_memory_mb=options["max_memory"],
+        )
+        code = Supervisor(config, options["processes"]).run()
+        if code:
+            sys.exit(code)
+
+    def _configure_logging(self, verbosity: int) -> None:
+        """Show our log lines when the project has not routed them anywhere."""
+        log = logging.getLogger("django_jobs")
+        if log.handlers or logging.getLogger().handlers:
+            return
+        handler = logging.StreamHandler(self.stderr._out)
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
+        )
+        log.addHandler(handler)
+        log.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))

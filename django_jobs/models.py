@@ -1,0 +1,186 @@
+"""Jobs, their attempts, the lease of the running attempt, and the workers.
+
+Rows here are written only by ``transitions.py`` (and the insert in
+``enqueue.py``): read them freely, never ``save()`` a state change yourself.
+The indexes below are shaped after the queries that run hot: the claim reads
+``queued`` jobs of some queues by priority then age, the reaper reads expired
+leases, and workers renew their own leases.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.db import models
+from django.db.models import Q
+
+from .states import AttemptOutcome, JobState
+
+
+class Job(models.Model):
+    """One durable unit of work; the row exists iff the enqueuing transaction committed."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    backend = models.CharField(max_length=100, default="default")
+    task_name = models.CharField(max_length=255, help_text="Module path of a registered task.")
+    task_version = models.CharField(max_length=64, blank=True, default="")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0, help_text="-100..100, higher runs first.")
+    run_after = models.DateTimeField(help_text="Not claimed before this time.")
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    tenant = models.CharField(max_length=255, blank=True, default="")
+    initiator = models.CharField(max_length=255, blank=True, default="")
+    # NULL, not "", means "no key": the unique constraint ignores NULLs.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    dedup_scope = models.CharField(
+        max_length=511,
+        blank=True,
+        default="",
+        help_text="Where the idempotency key is unique: the task name and the tenant.",
+    )
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Attempts started; the current one's number is the lease token."
+    )
+    max_attempts = models.PositiveIntegerField()
+    timeout = models.FloatField(null=True, blank=True, help_text="Hard timeout in seconds.")
+
+    result = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    enqueued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-enqueued_at"]
+        indexes = [
+            # The claim: WHERE state='queued' AND queue IN (...) AND run_after <= now
+            # ORDER BY priority DESC, run_after. Partial, so finished history
+            # (most of the table in production) never bloats it.
+            models.Index(
+                fields=["queue", "-priority", "run_after"],
+                condition=Q(state=JobState.QUEUED),
+                name="django_jobs_claim_idx",
+            ),
+            models.Index(
+                fields=["state", "queue"],
+                condition=Q(state__in=[JobState.RUNNING, JobState.CANCELLING]),
+                name="django_jobs_leased_idx",
+            ),
+            models.Index(fields=["finished_at"], name="django_jobs_finished_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dedup_scope", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="django_jobs_idempotency_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100, priority__lte=100),
+                name="django_jobs_priority_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} {self.id} ({self.state})"
+
+
+class Attempt(models.Model):
+    """One execution try of a job. History: never rewritten after it ends."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveIntegerField()
+    worker_id = models.UUIDField(null=True, blank=True)
+    worker_name = models.CharField(max_length=255, blank=True, default="")
+    outcome = models.CharField(
+        max_length=16, choices=AttemptOutcome.choices, default=AttemptOutcome.RUNNING
+    )
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error_type = models.CharField(max_length=255, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    late_report = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the worker reported after it had lost the lease; it changed nothing.",
+    )
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="django_jobs_attempt_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.job_id} ({self.outcome})"
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+
+class Lease(models.Model):
+    """The right of one attempt to run one job until ``expires_at``.
+
+    ``token`` is the attempt number: only the holder of the current token may
+    complete, fail or report progress. The row is deleted when the attempt
+    ends, so this table only ever holds running work.
+    """
+
+    job = models.OneToOneField(
+        Job, on_delete=models.CASCADE, primary_key=True, related_name="lease"
+    )
+    attempt = models.OneToOneField(Attempt, on_delete=models.CASCADE, related_name="lease")
+    token = models.PositiveIntegerField()
+    worker_id = models.UUIDField()
+    acquired_at = models.DateTimeField()
+    renewed_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["expires_at"], name="django_jobs_lease_expiry_idx"),
+            models.Index(fields=["worker_id"], name="django_jobs_lease_worker_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease {self.token} on {self.job_id} until {self.expires_at:%H:%M:%S}"
+
+
+class Worker(models.Model):
+    """A worker process that registered itself, so operators can see who is alive."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    backend = models.CharField(max_length=100, default="default")
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    jobs_done = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(
+                fields=["heartbeat_at"],
+                condition=Q(stopped_at__isnull=True),
+                name="django_jobs_live_worker_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"

@@ -1,0 +1,118 @@
+"""What ``enqueue()`` and ``get_result()`` return: Django's TaskResult, plus our detail.
+
+Django's fields keep their meaning (``status`` is one of its four statuses,
+``errors`` has one entry per failed attempt, ``attempts`` counts attempts
+started); ``state`` and ``attempt_log`` tell the rest — ``lost`` attempts,
+``exhausted`` versus ``failed``, late reports from stale workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.tasks import Task, TaskResult
+from django.tasks.base import TaskError
+
+from .models import Attempt, Job
+from .states import AttemptOutcome, JobState, django_status
+
+_OUR_REFRESH_ATTRS = ("state", "attempt_log", "last_error", "run_after")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptInfo:
+    number: int
+    outcome: AttemptOutcome
+    worker_id: str | None
+    worker_name: str
+    started_at: datetime
+    finished_at: datetime | None
+    error_type: str
+    error_message: str
+    traceback: str
+    late_report: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobResult(TaskResult):  # type: ignore[type-arg]
+    state: JobState
+    queue: str
+    priority: int
+    tenant: str
+    idempotency_key: str | None
+    max_attempts: int
+    run_after: datetime
+    last_error: str
+    attempt_log: tuple[AttemptInfo, ...] = ()
+
+    def refresh(self) -> None:
+        fresh = self.task.get_backend().get_result(self.id)
+        for attr in (*_DJANGO_REFRESH_ATTRS, *_OUR_REFRESH_ATTRS):
+            object.__setattr__(self, attr, getattr(fresh, attr))
+
+    async def arefresh(self) -> None:
+        fresh = await self.task.get_backend().aget_result(self.id)
+        for attr in (*_DJANGO_REFRESH_ATTRS, *_OUR_REFRESH_ATTRS):
+            object.__setattr__(self, attr, getattr(fresh, attr))
+
+
+_DJANGO_REFRESH_ATTRS = (
+    "errors",
+    "_return_value",
+    "finished_at",
+    "started_at",
+    "last_attempted_at",
+    "status",
+    "enqueued_at",
+    "worker_ids",
+)
+
+
+def build(task: Task[Any, Any], job: Job, attempts: list[Attempt]) -> JobResult:
+    log = tuple(
+        AttemptInfo(
+            number=a.number,
+            outcome=AttemptOutcome(a.outcome),
+            worker_id=str(a.worker_id) if a.worker_id else None,
+            worker_name=a.worker_name,
+            started_at=a.started_at,
+            finished_at=a.finished_at,
+            error_type=a.error_type,
+            error_message=a.error_message,
+            traceback=a.traceback,
+            late_report=a.late_report,
+        )
+        for a in attempts
+    )
+    result = JobResult(
+        task=task,
+        id=str(job.id),
+        status=django_status(job.state),
+        enqueued_at=job.enqueued_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        last_attempted_at=attempts[-1].started_at if attempts else None,
+        args=list(job.args),
+        kwargs=dict(job.kwargs),
+        backend=task.backend,
+        errors=[
+            TaskError(exception_class_path=a.error_type, traceback=a.traceback or a.error_message)
+            for a in attempts
+            if a.error_type and a.outcome != AttemptOutcome.RUNNING
+        ],
+        worker_ids=[str(a.worker_id) for a in attempts],
+        state=JobState(job.state),
+        queue=job.queue,
+        priority=job.priority,
+        tenant=job.tenant,
+        idempotency_key=job.idempotency_key,
+        max_attempts=job.max_attempts,
+        run_after=job.run_after,
+        last_error=job.last_error,
+        attempt_log=log,
+    )
+    if job.state == JobState.SUCCEEDED:
+        object.__setattr__(result, "_return_value", job.result)
+    return result

@@ -1,0 +1,81 @@
+"""The retry policy: given an exception and the attempt number, what happens next.
+
+Pure Python on purpose (no database, no clock): the worker asks for a
+``Decision`` and the transitions layer applies it, so every branch here is unit
+tested without a worker.
+
+Backoff is exponential with *full jitter* (a uniform draw between 0 and
+``min(cap, base * 2 ** (attempt - 1))``): after an outage, failed jobs spread
+over the whole window instead of stampeding back together.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .exceptions import RetryLater
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    base: float = 1.0
+    cap: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.cap < 0:
+            raise ValueError("Backoff base and cap must not be negative.")
+        if self.cap < self.base:
+            raise ValueError("Backoff cap must not be below its base.")
+
+    def ceiling(self, attempt: int) -> float:
+        """The largest delay after the given (1-based) attempt failed."""
+        # min() before the power would overflow for absurd attempt counts.
+        exponent = min(attempt - 1, 64)
+        return float(min(self.cap, self.base * 2**exponent))
+
+    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
+        return self.ceiling(attempt) * rand()
+
+
+class Verdict(StrEnum):
+    RETRY = "retry"
+    EXHAUSTED = "exhausted"  # retryable, but no attempt is left
+    GIVE_UP = "give_up"  # permanent: do not retry whatever the budget
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int
+    backoff: Backoff
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    give_up_on: tuple[type[BaseException], ...] = ()
+
+    def decide(
+        self,
+        exc: BaseException,
+        attempt: int,
+        rand: Callable[[], float] = random.random,
+    ) -> Decision:
+        """Decide after ``attempt`` (1-based) raised ``exc``.
+
+        give_up_on wins over retry_on, so a broad ``retry_on=(Exception,)`` can
+        still carve out the errors that retrying cannot fix.
+        """
+        if isinstance(exc, RetryLater):
+            if attempt >= self.max_attempts:
+                return Decision(Verdict.EXHAUSTED)
+            return Decision(Verdict.RETRY, exc.delay)
+        if isinstance(exc, self.give_up_on) or not isinstance(exc, self.retry_on):
+            return Decision(Verdict.GIVE_UP)
+        if attempt >= self.max_attempts:
+            return Decision(Verdict.EXHAUSTED)
+        return Decision(Verdict.RETRY, self.backoff.delay(attempt, rand))

@@ -1,0 +1,153 @@
+"""The supervisor behind ``manage.py runworkers``: it starts, watches and replaces workers.
+
+Why a separate process: a worker that dies (SIGKILL, the OOM killer, a crash
+in a C extension) cannot say so itself. The supervisor outlives it, sees the
+exit at once, and releases that worker's leases right away — its jobs run
+again within moments instead of after the lease expires. If the supervisor
+dies too, the leases still expire and any other worker's reaper recovers them.
+
+Workers are forked (POSIX only), after every database connection is closed,
+so no child shares a socket with its parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from django.db import DatabaseError, connections
+from django.tasks import task_backends
+
+from . import transitions
+from .backend import JobsBackend
+from .worker import WorkerConfig, run_worker
+
+logger = logging.getLogger("django_jobs.supervisor")
+
+_MAX_RESTART_DELAY = 30.0
+
+
+@dataclass
+class _Slot:
+    number: int
+    process: BaseProcess | None = None
+    worker_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    started: float = 0.0
+    restart_delay: float = 0.0
+    restart_at: float = 0.0
+
+
+def _child_main(config: WorkerConfig, worker_id: uuid.UUID) -> None:
+    # Ctrl-C reaches the whole process group; the supervisor relays it as
+    # SIGTERM, so the child must not count it as a second stop request.
+    exit_code = run_worker(config, worker_id, handle_sigint=False)
+    raise SystemExit(exit_code)
+
+
+class Supervisor:
+    def __init__(self, config: WorkerConfig, processes: int) -> None:
+        if processes < 1:
+            raise ValueError("processes must be at least 1.")
+        backend = task_backends[config.backend]
+        assert isinstance(backend, JobsBackend)
+        self.db = backend.db
+        self.grace = backend.settings.SHUTDOWN_GRACE_SECONDS
+        self.config = config
+        self.slots = [_Slot(number) for number in range(processes)]
+        self.context = multiprocessing.get_context("fork")
+        self.stop_requests = 0
+
+    def run(self) -> int:
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self.stop_requests += 1
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        logger.info("Supervisor %d starting %d worker process(es)", os.getpid(), len(self.slots))
+        for slot in self.slots:
+            self._spawn(slot)
+        relayed = 0
+        kill_at: float | None = None
+        while any(slot.process is not None for slot in self.slots) or (
+            not self.stop_requests and any(slot.restart_at for slot in self.slots)
+        ):
+            sentinels = [s.process.sentinel for s in self.slots if s.process is not None]
+            multiprocessing.connection.wait(sentinels, timeout=0.5)
+            for slot in self.slots:
+                self._reap_child(slot)
+                due = slot.restart_at and time.monotonic() >= slot.restart_at
+                if slot.process is None and due and not self.stop_requests:
+                    self._spawn(slot)
+            while relayed < self.stop_requests:
+                relayed += 1
+                self._signal_children(signal.SIGTERM)
+                kill_at = kill_at or time.monotonic() + self.grace + 5.0
+            if kill_at is not None and time.monotonic() >= kill_at:
+                logger.error("Workers outlived the grace period; killing them.")
+                self._signal_children(signal.SIGKILL)
+                kill_at = None
+        logger.info("Supervisor %d stopped", os.getpid())
+        return 0
+
+    def _spawn(self, slot: _Slot) -> None:
+        connections.close_all()
+        slot.worker_id = uuid.uuid4()
+        slot.process = self.context.Process(
+            target=_child_main,
+            args=(self.config, slot.worker_id),
+            name=f"django-jobs-worker-{slot.number}",
+        )
+        slot.process.start()
+        slot.started = time.monotonic()
+        slot.restart_at = 0.0
+
+    def _reap_child(self, slot: _Slot) -> None:
+        process = slot.process
+        if process is None or process.is_alive():
+            return
+        process.join()
+        code = process.exitcode
+        slot.process = None
+        if code != 0:
+            self._release(slot, process.pid, code)
+        if self.stop_requests or (code == 0 and self.config.burst):
+            return
+        # A worker that keeps dying at start-up is restarted ever more slowly.
+        lived = time.monotonic() - slot.started
+        slot.restart_delay = (
+            0.0 if lived > 60 else min(_MAX_RESTART_DELAY, max(0.5, slot.restart_delay * 2))
+        )
+        slot.restart_at = time.monotonic() + slot.restart_delay
+        logger.info("Restarting worker slot %d in %.1fs", slot.number, slot.restart_delay)
+
+    def _release(self, slot: _Slot, pid: int | None, code: int | None) -> None:
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
+        reason = f"worker process {pid} died ({how})"
+        logger.error("Worker process %s died (%s); releasing its jobs now.", pid, how)
+        for _ in range(20):
+            try:
+                released = transitions.release_worker(self.db, slot.worker_id, reason)
+                transitions.stop_worker(self.db, slot.worker_id)
+                if released:
+                    logger.warning("Released %d job(s) of worker %s", released, pid)
+                break
+            except DatabaseError as exc:
+                logger.warning("Could not release worker %s yet (%s); retrying", pid, exc)
+                connections.close_all()
+                time.sleep(0.5)
+        connections.close_all()
+
+    def _signal_children(self, signum: int) -> None:
+        for slot in self.slots:
+            if slot.process is not None and slot.process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.process.pid, signum)

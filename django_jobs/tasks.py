@@ -1,0 +1,102 @@
+"""The task class our backend gives to ``@task``, and the context tasks receive.
+
+Django 6.1 hands extra ``@task(...)`` keyword arguments to the backend's
+``task_class``; ``JobTask`` takes the retry policy from there. Per-call identity
+(tenant, idempotency key, concurrency key, initiator, deadline) comes from
+``.using(...)``, exactly like Django's own ``priority`` or ``run_after``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from django.tasks import Task, TaskContext
+
+from .retry import Backoff
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTask(Task):  # type: ignore[type-arg]
+    # Policy, declared on @task(...).
+    max_attempts: int | None = None  # None: the backend's MAX_ATTEMPTS
+    timeout: float | None = None  # hard timeout in seconds
+    backoff: Backoff | float | None = None  # a float is the base, in seconds
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    give_up_on: tuple[type[BaseException], ...] = ()
+    version: str = ""
+
+    # Identity, set per call with .using(...).
+    tenant: str = ""
+    initiator: str = ""
+    idempotency_key: str | None = None
+    concurrency_key: str | None = None
+    expires_at: datetime | None = None
+
+    def using(  # type: ignore[override]
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime | None = None,
+        backend: str | None = None,
+        tenant: str | None = None,
+        initiator: str | None = None,
+        idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
+        expires_at: datetime | None = None,
+    ) -> JobTask:
+        """Return a copy with per-call options; Django's own are handled by Django."""
+        base: JobTask = Task.using(
+            self,
+            priority=priority,
+            queue_name=queue_name,
+            run_after=run_after,
+            backend=backend,
+        )
+        ours = {
+            "tenant": tenant,
+            "initiator": initiator,
+            "idempotency_key": idempotency_key,
+            "concurrency_key": concurrency_key,
+            "expires_at": expires_at,
+        }
+        changes = {name: value for name, value in ours.items() if value is not None}
+        return replace(base, **changes) if changes else base
+
+    def get_backoff(self, default: Backoff) -> Backoff:
+        if self.backoff is None:
+            return default
+        if isinstance(self.backoff, Backoff):
+            return self.backoff
+        return Backoff(base=float(self.backoff), cap=max(default.cap, float(self.backoff)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobContext(TaskContext):  # type: ignore[type-arg]
+    """What a ``takes_context=True`` task receives.
+
+    ``job_id`` is the same for every attempt of the job: use it (or
+    ``idempotency_key``, if the caller gave one) as the key for downstream
+    side effects, so a re-run after a lost attempt does not do them twice.
+    """
+
+    job_id: uuid.UUID
+    attempt_number: int
+    max_attempts: int
+    tenant: str
+    idempotency_key: str | None
+
+    @property
+    def attempt(self) -> int:
+        return self.attempt_number
+
+    @property
+    def stable_key(self) -> str:
+        """A key that does not change between attempts of this job."""
+        return self.idempotency_key or str(self.job_id)
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.attempt_number >= self.max_attempts

@@ -1,0 +1,170 @@
+"""Shared fixtures: databases, real worker processes, and waiting without sleeping blindly.
+
+Every process a test starts is ended by the fixture that started it (SIGTERM,
+then SIGKILL of its whole process group), before pytest-django flushes or drops
+the databases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connections
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests import settings as test_settings
+
+    if test_settings.POSTGRES_AVAILABLE:
+        return
+    problem = "; ".join(test_settings.POSTGRES_PROBLEM) or "DATABASE_URL is not PostgreSQL"
+    if os.environ.get("CI"):
+        pytest.exit(f"CI requires PostgreSQL, and none answers: {problem}", returncode=3)
+    config.issue_config_time_warning(
+        pytest.PytestWarning(f"PostgreSQL does not answer ({problem}): its tests are skipped."),
+        stacklevel=2,
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests import settings as test_settings
+
+    if test_settings.POSTGRES_AVAILABLE:
+        return
+    skip = pytest.mark.skip(reason="PostgreSQL does not answer")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Drop the test databases even if a killed worker left a session behind."""
+    yield
+    if connections["default"].vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+@pytest.fixture
+def pg(transactional_db: None) -> None:
+    """Committed data on PostgreSQL, visible to worker processes."""
+    assert connections["default"].vendor == "postgresql"
+
+
+@pytest.fixture
+def lite(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Committed data on the SQLite database, emptied afterwards."""
+    from django.core.management import call_command
+
+    with django_db_blocker.unblock():
+        yield
+        call_command("flush", database="sqlite", interactive=False, verbosity=0)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+class WorkerProcess:
+    """A real ``manage.py runworkers`` process group, started by a test."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DJANGO_JOBS_TEST_SQLITE": str(settings.DATABASES["sqlite"]["NAME"]),
+        }
+        if connections["default"].vendor == "postgresql":
+            env["DJANGO_JOBS_TEST_DB"] = str(connections["default"].settings_dict["NAME"])
+        self.log = log
+        self._log_file = log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "django", "runworkers", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        self._log_file.flush()
+        return self.log.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout)
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(20)
+        self.kill_group()
+        self._log_file.close()
+
+
+@pytest.fixture
+def start_workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start ``runworkers`` with the given arguments; every one is stopped afterwards."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str) -> WorkerProcess:
+        worker = WorkerProcess(list(args), tmp_path / f"worker-{len(started)}.log")
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture
+def run_burst(start_workers: Callable[..., WorkerProcess]) -> Callable[..., str]:
+    """Run ``runworkers --burst`` to completion and return its output."""
+
+    def run(*args: str, timeout: float = 120.0) -> str:
+        worker = start_workers("--burst", *args)
+        code = worker.wait(timeout)
+        output = worker.output()
+        assert code == 0, output
+        return output
+
+    return run

@@ -1,0 +1,244 @@
+"""Acceptance: a job exists iff its transaction commits, and bad input writes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connections, transaction
+from django.tasks import Task, TaskResultStatus
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.test import override_settings
+from django.utils import timezone
+
+from django_jobs import (
+    ArgumentsNotJSONError,
+    InvalidJobOptionError,
+    JobState,
+    PayloadTooLargeError,
+    UnknownQueueError,
+    UnknownTaskError,
+)
+from django_jobs.models import Job
+from django_jobs.results import JobResult
+from django_jobs.wakeup import CHANNEL
+from tests.testapp import tasks
+from tests.testapp.models import Order
+
+pytestmark = pytest.mark.postgres
+
+
+def job_count(db: str = "default") -> int:
+    return Job.objects.using(db).count()
+
+
+def test_enqueue__rolled_back_transaction_leaves_no_job(pg: None) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Order.objects.create(number="A-1")
+        tasks.add.enqueue(1, 2)
+        raise RuntimeError("business logic failed")
+    assert (Order.objects.count(), job_count()) == (0, 0)
+
+
+def test_enqueue__committed_transaction_stores_the_job(pg: None) -> None:
+    with transaction.atomic():
+        Order.objects.create(number="A-1")
+        result = tasks.add.using(priority=7, tenant="acme").enqueue(1, 2)
+    job = Job.objects.get()
+    assert isinstance(result, JobResult)
+    assert result.id == str(job.id)
+    assert (job.task_name, job.args, job.kwargs) == ("tests.testapp.tasks.add", [1, 2], {})
+    assert (job.state, job.priority, job.tenant, job.attempts) == ("queued", 7, "acme", 0)
+    assert (result.status, result.state) == (TaskResultStatus.READY, JobState.QUEUED)
+
+
+def test_enqueue__sends_task_enqueued_only_after_commit(pg: None) -> None:
+    seen: list[str] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        with transaction.atomic():
+            result = tasks.add.enqueue(1, 2)
+            assert seen == []
+        assert seen == [result.id]
+    finally:
+        task_enqueued.disconnect(receiver)
+
+
+def test_enqueue__async_enqueue_stores_the_job(pg: None) -> None:
+    result = async_to_sync(tasks.add.aenqueue)(4, 5)
+    assert Job.objects.get().id == uuid.UUID(result.id)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((timezone.now(),), {}, r"args\[0\] is a datetime"),
+        ((), {"when": {1: "a"}}, r"kwargs\['when'\] has the key 1 \(int\)"),
+        (([1, (2, 3)],), {}, r"args\[0\]\[1\] is a tuple.*pass a list"),
+        ((float("nan"),), {}, r"args\[0\] is nan"),
+        (({1, 2},), {}, r"args\[0\] is a set"),
+    ],
+)
+def test_enqueue__refuses_arguments_that_do_not_survive_json(
+    pg: None, args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ArgumentsNotJSONError, match=message):
+        tasks.add.enqueue(*args, **kwargs)
+    assert job_count() == 0
+
+
+def test_enqueue__refuses_a_payload_over_the_bound(pg: None) -> None:
+    tasks_setting = {
+        "default": {
+            "BACKEND": "django_jobs.backend.JobsBackend",
+            "QUEUES": ["default"],
+            "OPTIONS": {"MAX_PAYLOAD_BYTES": 100},
+        }
+    }
+    with (
+        override_settings(TASKS=tasks_setting),
+        pytest.raises(
+            PayloadTooLargeError, match=r"take 206 bytes .* over MAX_PAYLOAD_BYTES \(100\)"
+        ),
+    ):
+        tasks.big_result.enqueue("x" * 200)
+    assert job_count() == 0
+
+
+def test_enqueue__refuses_an_unknown_queue(pg: None) -> None:
+    with pytest.raises(UnknownQueueError, match=r"Queue 'nope' is not one of .*default, other"):
+        tasks.add.using(queue_name="nope").enqueue(1, 2)
+    assert job_count() == 0
+
+
+def plain_function() -> None:
+    """Wrapped in Django's own Task class below, so django_jobs never registered it."""
+
+
+def test_enqueue__refuses_a_task_that_is_not_registered(pg: None) -> None:
+    unregistered = Task(func=plain_function, backend="default")
+    with pytest.raises(UnknownTaskError, match=r"'tests\.test_enqueue\.plain_function' is not reg"):
+        tasks.add.get_backend().enqueue(unregistered, [1, 2], {})
+    assert job_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"idempotency_key": ""}, "idempotency_key must not be empty"),
+        ({"tenant": "t" * 256}, "tenant is 256 characters long; at most 255 fit"),
+        ({"expires_at": dt.datetime(2030, 1, 1)}, "expires_at must be an aware datetime"),
+    ],
+)
+def test_enqueue__refuses_invalid_job_options(
+    pg: None, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidJobOptionError, match=message):
+        tasks.add.using(**options).enqueue(1, 2)
+    assert job_count() == 0
+
+
+def test_enqueue__same_idempotency_key_returns_the_existing_job(pg: None) -> None:
+    first = tasks.add.using(idempotency_key="order-1").enqueue(1, 2)
+    second = tasks.add.using(idempotency_key="order-1").enqueue(1, 2)
+    assert (second.id, job_count()) == (first.id, 1)
+
+
+def test_enqueue__idempotency_scope_is_task_and_tenant(pg: None) -> None:
+    a = tasks.add.using(idempotency_key="k", tenant="a").enqueue(1, 2)
+    b = tasks.add.using(idempotency_key="k", tenant="b").enqueue(1, 2)
+    c = tasks.noop.using(idempotency_key="k", tenant="a").enqueue()
+    assert len({a.id, b.id, c.id}) == 3
+
+
+def _enqueue_with_key(barrier: Any, results: Any, hold: float) -> None:
+    import time
+
+    connections.close_all()
+    barrier.wait()
+    with transaction.atomic():
+        result = tasks.add.using(idempotency_key="race").enqueue(1, 2)
+        time.sleep(hold)  # keep the transaction open while the other process inserts
+    results.put(result.id)
+    connections.close_all()
+
+
+def test_enqueue__two_processes_racing_with_one_key_create_one_job(pg: None) -> None:
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(2)
+    results = context.Queue()
+    connections.close_all()
+    processes = [
+        context.Process(target=_enqueue_with_key, args=(barrier, results, hold))
+        for hold in (0.5, 0.0)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(30)
+    ids = {results.get(timeout=5), results.get(timeout=5)}
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert (len(ids), job_count()) == (1, 1)
+
+
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_enqueue__jobs_in_another_database_wait_for_the_business_commit() -> None:
+    with transaction.atomic():
+        Order.objects.create(number="A-1")
+        result = tasks.add.using(backend="sqlite").enqueue(1, 2)
+        assert job_count("sqlite") == 0
+    assert Job.objects.using("sqlite").get().id == uuid.UUID(result.id)
+
+
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_enqueue__jobs_in_another_database_vanish_with_a_business_rollback() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.add.using(backend="sqlite").enqueue(1, 2)
+        raise RuntimeError("rolled back")
+    assert job_count("sqlite") == 0
+
+
+def _listen() -> psycopg.Connection[Any]:
+    params = connections["default"].get_connection_params()
+    conn = psycopg.connect(**params, autocommit=True)
+    conn.execute(f"LISTEN {CHANNEL}")
+    return conn
+
+
+def test_enqueue__wakes_workers_once_per_commit(pg: None) -> None:
+    with _listen() as listener:
+        with transaction.atomic():
+            for n in range(5):
+                tasks.add.enqueue(n, n)
+            tasks.add.using(queue_name="other").enqueue(0, 0)
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert sorted(notes) == ["default", "other"]
+
+
+def test_enqueue__rollback_wakes_nobody_and_the_next_commit_does(pg: None) -> None:
+    with _listen() as listener:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            tasks.add.enqueue(1, 1)
+            raise RuntimeError
+        assert [n.payload for n in listener.notifies(timeout=0.3)] == []
+        with transaction.atomic():
+            tasks.add.enqueue(2, 2)
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == ["default"]
+
+
+def test_get_result__unknown_and_malformed_ids_do_not_exist(pg: None) -> None:
+    backend = tasks.add.get_backend()
+    with pytest.raises(TaskResultDoesNotExist, match="No job with id"):
+        backend.get_result(str(uuid.uuid4()))
+    with pytest.raises(TaskResultDoesNotExist, match="is not a job id"):
+        backend.get_result("not-a-uuid")

@@ -1,0 +1,75 @@
+"""The retry policy, without a database or a clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_jobs import Backoff, RetryLater
+from django_jobs.retry import Decision, RetryPolicy, Verdict
+
+
+def policy(**overrides: object) -> RetryPolicy:
+    options: dict[str, object] = {"max_attempts": 5, "backoff": Backoff(base=1.0, cap=10.0)}
+    options.update(overrides)
+    return RetryPolicy(**options)  # type: ignore[arg-type]
+
+
+def test_backoff__ceiling_doubles_per_attempt_until_the_cap() -> None:
+    backoff = Backoff(base=1.0, cap=10.0)
+    assert [backoff.ceiling(n) for n in range(1, 7)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_backoff__full_jitter_spans_zero_to_the_ceiling() -> None:
+    backoff = Backoff(base=2.0, cap=100.0)
+    assert backoff.delay(3, rand=lambda: 0.0) == 0.0
+    assert backoff.delay(3, rand=lambda: 0.5) == 4.0
+    assert backoff.delay(3, rand=lambda: 0.999) == pytest.approx(7.992)
+
+
+def test_backoff__huge_attempt_numbers_stay_at_the_cap() -> None:
+    assert Backoff(base=1.0, cap=60.0).ceiling(10_000) == 60.0
+
+
+def test_backoff__rejects_a_cap_below_the_base() -> None:
+    with pytest.raises(ValueError, match="cap must not be below"):
+        Backoff(base=5.0, cap=1.0)
+
+
+def test_decide__retries_a_retryable_error_with_backoff() -> None:
+    decision = policy().decide(ConnectionError("down"), attempt=2, rand=lambda: 0.5)
+    assert decision == Decision(Verdict.RETRY, 1.0)
+
+
+def test_decide__exhausts_on_the_last_attempt() -> None:
+    assert policy().decide(ConnectionError(), attempt=5) == Decision(Verdict.EXHAUSTED)
+
+
+def test_decide__gives_up_on_listed_errors_even_with_attempts_left() -> None:
+    decision = policy(give_up_on=(KeyError,)).decide(KeyError("x"), attempt=1)
+    assert decision == Decision(Verdict.GIVE_UP)
+
+
+def test_decide__give_up_on_wins_over_retry_on() -> None:
+    decision = policy(retry_on=(LookupError,), give_up_on=(KeyError,)).decide(
+        KeyError("x"), attempt=1
+    )
+    assert decision.verdict is Verdict.GIVE_UP
+
+
+def test_decide__gives_up_on_errors_outside_retry_on() -> None:
+    decision = policy(retry_on=(ConnectionError,)).decide(ValueError("bad input"), attempt=1)
+    assert decision.verdict is Verdict.GIVE_UP
+
+
+def test_decide__retry_later_uses_its_own_delay() -> None:
+    decision = policy(retry_on=(ConnectionError,)).decide(RetryLater(42.0), attempt=1)
+    assert decision == Decision(Verdict.RETRY, 42.0)
+
+
+def test_decide__retry_later_on_the_last_attempt_exhausts() -> None:
+    assert policy().decide(RetryLater(1.0), attempt=5) == Decision(Verdict.EXHAUSTED)
+
+
+def test_retry_later__rejects_a_negative_delay() -> None:
+    with pytest.raises(ValueError, match="must not be negative"):
+        RetryLater(-1)

@@ -1,0 +1,253 @@
+"""The one writer of job state: guarded, fenced, and safe under concurrency."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from django_jobs import transitions
+from django_jobs.models import Attempt, Job, Lease
+from django_jobs.retry import Decision, Verdict
+from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState, Transition
+from django_jobs.transitions import Report, WorkerIdentity
+
+pytestmark = pytest.mark.postgres
+
+DB = "default"
+QUEUES = ("default",)
+ME = WorkerIdentity(uuid.uuid4(), "test:1")
+
+
+def make_job(
+    state: JobState = JobState.QUEUED,
+    *,
+    attempts: int = 0,
+    max_attempts: int = 3,
+    priority: int = 0,
+    run_after_seconds: float = -1,
+    queue: str = "default",
+    leased_by: WorkerIdentity | None = None,
+    lease_expired: bool = False,
+) -> Job:
+    """A job row in any state, written directly: test set-up, not a transition."""
+    now = timezone.now()
+    job = Job.objects.create(
+        task_name="tests.testapp.tasks.add",
+        args=[1, 2],
+        queue=queue,
+        priority=priority,
+        run_after=now + timedelta(seconds=run_after_seconds),
+        state=state,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        enqueued_at=now,
+        updated_at=now,
+    )
+    if leased_by is not None:
+        attempt = Attempt.objects.create(
+            job=job, number=attempts, worker_id=leased_by.id, started_at=now
+        )
+        expires = now + timedelta(seconds=-5 if lease_expired else 30)
+        Lease.objects.create(
+            job=job,
+            attempt=attempt,
+            token=attempts,
+            worker_id=leased_by.id,
+            acquired_at=now,
+            renewed_at=now,
+            expires_at=expires,
+        )
+    return job
+
+
+def report_for(job: Job, transition: Transition) -> Report:
+    attempt = Attempt.objects.get(job=job, number=job.attempts)
+    if transition is Transition.COMPLETE:
+        return Report(job.id, job.attempts, attempt.pk, AttemptOutcome.SUCCEEDED, result=3)
+    verdict = {
+        Transition.SCHEDULE_RETRY: Verdict.RETRY,
+        Transition.EXHAUST: Verdict.EXHAUSTED,
+        Transition.FAIL: Verdict.GIVE_UP,
+    }[transition]
+    return Report(
+        job.id,
+        job.attempts,
+        attempt.pk,
+        AttemptOutcome.FAILED,
+        error_type="builtins.ValueError",
+        error_message="boom",
+        decision=Decision(verdict, 0.0),
+    )
+
+
+WORKER_REPORTS = [
+    Transition.COMPLETE,
+    Transition.SCHEDULE_RETRY,
+    Transition.EXHAUST,
+    Transition.FAIL,
+]
+
+
+@pytest.mark.parametrize("state", list(JobState))
+@pytest.mark.parametrize("transition", WORKER_REPORTS)
+def test_finish__applies_only_from_the_states_the_table_allows(
+    pg: None, transition: Transition, state: JobState
+) -> None:
+    job = make_job(state, attempts=1, leased_by=ME)
+    done = transitions.finish(DB, ME.id, [report_for(job, transition)])
+    job.refresh_from_db()
+    if state in TRANSITIONS[transition].sources:
+        assert (len(done.applied), job.state) == (1, TRANSITIONS[transition].target)
+    else:
+        assert (len(done.stale), job.state) == (1, state)
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_claim__takes_only_queued_jobs(pg: None, state: JobState) -> None:
+    make_job(state, attempts=0)
+    claimed = transitions.claim(DB, ME, QUEUES, 10, lease_seconds=10)
+    assert len(claimed) == (1 if state is JobState.QUEUED else 0)
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_reap__requeues_only_from_the_states_the_table_allows(pg: None, state: JobState) -> None:
+    job = make_job(state, attempts=1, leased_by=ME, lease_expired=True)
+    transitions.reap(DB)
+    job.refresh_from_db()
+    expected = TRANSITIONS[Transition.REAP].target if state is JobState.RUNNING else state
+    if state is JobState.CANCELLING:
+        expected = TRANSITIONS[Transition.REAP_EXHAUST].target
+    assert job.state == expected
+
+
+def test_claim__orders_by_priority_then_age_and_skips_future_jobs(pg: None) -> None:
+    old_low = make_job(priority=0, run_after_seconds=-30)
+    new_high = make_job(priority=5, run_after_seconds=-1)
+    old_high = make_job(priority=5, run_after_seconds=-20)
+    make_job(priority=100, run_after_seconds=+60)
+    make_job(priority=100, queue="other")
+    claimed = transitions.claim(DB, ME, QUEUES, 10, lease_seconds=10)
+    assert [c.job_id for c in claimed] == [old_high.id, new_high.id, old_low.id]
+
+
+def test_claim__writes_attempt_and_lease_with_the_attempt_number_as_token(pg: None) -> None:
+    job = make_job(attempts=2, max_attempts=5)
+    [claimed] = transitions.claim(DB, ME, QUEUES, 10, lease_seconds=10)
+    lease = Lease.objects.get(job=job)
+    attempt = Attempt.objects.get(job=job)
+    assert (claimed.token, lease.token, attempt.number) == (3, 3, 3)
+    assert (lease.worker_id, attempt.outcome) == (ME.id, AttemptOutcome.RUNNING)
+    assert Job.objects.get().state == JobState.RUNNING
+
+
+def test_renew__extends_held_leases_and_reports_lost_ones(pg: None) -> None:
+    kept = make_job(JobState.RUNNING, attempts=1, leased_by=ME)
+    gone = make_job(JobState.RUNNING, attempts=1, leased_by=ME)
+    before = Lease.objects.get(job=kept).expires_at
+    Lease.objects.filter(job=gone).delete()
+    lost = transitions.renew(DB, ME.id, [(kept.id, 1), (gone.id, 1)], lease_seconds=60)
+    assert lost == {(gone.id, 1)}
+    assert Lease.objects.get(job=kept).expires_at > before
+
+
+def test_finish__rejects_stale_lease_and_keeps_the_late_report(pg: None) -> None:
+    job = make_job(JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    late = report_for(job, Transition.COMPLETE)
+    transitions.reap(DB)
+    done = transitions.finish(DB, ME.id, [late])
+    job.refresh_from_db()
+    attempt = Attempt.objects.get(job=job, number=1)
+    assert (done.applied, done.stale) == ([], [late])
+    assert (job.state, job.result, job.attempts) == (JobState.QUEUED, None, 1)
+    assert attempt.outcome == AttemptOutcome.LOST
+    assert attempt.late_report is not None and attempt.late_report["outcome"] == "succeeded"
+
+
+def test_finish__rejects_an_old_token_after_the_job_was_reclaimed(pg: None) -> None:
+    job = make_job(JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    old = report_for(job, Transition.COMPLETE)
+    transitions.reap(DB)
+    [again] = transitions.claim(DB, ME, QUEUES, 1, lease_seconds=10)
+    done = transitions.finish(DB, ME.id, [old])
+    assert (again.token, done.stale) == (2, [old])
+    assert Job.objects.get().state == JobState.RUNNING
+    assert Lease.objects.get().token == 2
+
+
+def test_reap__exhausts_a_job_whose_last_attempt_was_lost(pg: None) -> None:
+    job = make_job(JobState.RUNNING, attempts=3, max_attempts=3, leased_by=ME, lease_expired=True)
+    transitions.reap(DB)
+    job.refresh_from_db()
+    assert job.state == JobState.EXHAUSTED
+    assert job.last_error.startswith("lost: ")
+
+
+def test_release_worker__loses_its_attempts_and_requeues_at_once(pg: None) -> None:
+    other = WorkerIdentity(uuid.uuid4(), "other:2")
+    mine = make_job(JobState.RUNNING, attempts=1, leased_by=ME)
+    theirs = make_job(JobState.RUNNING, attempts=1, leased_by=other)
+    released = transitions.release_worker(DB, ME.id, "worker process died")
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert (released, mine.state, theirs.state) == (1, JobState.QUEUED, JobState.RUNNING)
+    assert Attempt.objects.get(job=mine).error_message == "worker process died"
+
+
+# -- the same statements, from several processes at once -----------------------
+
+
+def _claim_all(results: Any) -> None:
+    connections.close_all()
+    me = WorkerIdentity(uuid.uuid4(), "proc")
+    mine: list[str] = []
+    while batch := transitions.claim(DB, me, QUEUES, 7, lease_seconds=30):
+        mine.extend(str(c.job_id) for c in batch)
+    results.put(mine)
+    connections.close_all()
+
+
+def _reap_all(results: Any) -> None:
+    connections.close_all()
+    total = 0
+    while reaped := transitions.reap(DB, batch=5):
+        total += reaped
+    results.put(total)
+    connections.close_all()
+
+
+def run_in_processes(target: Any, count: int) -> list[Any]:
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    connections.close_all()
+    processes = [context.Process(target=target, args=(results,)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    out = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(10)
+    assert [p.exitcode for p in processes] == [0] * count
+    return out
+
+
+def test_claim__concurrent_claimers_take_disjoint_batches(pg: None) -> None:
+    ids = {str(make_job().id) for _ in range(300)}
+    batches = run_in_processes(_claim_all, 4)
+    claimed = [job_id for batch in batches for job_id in batch]
+    assert (len(claimed), set(claimed)) == (300, ids)
+    assert Attempt.objects.count() == Lease.objects.count() == 300
+
+
+def test_reap__concurrent_reapers_reap_each_lease_once(pg: None) -> None:
+    for _ in range(60):
+        make_job(JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    counts = run_in_processes(_reap_all, 4)
+    assert sum(counts) == 60
+    assert Attempt.objects.filter(outcome=AttemptOutcome.LOST).count() == 60
+    assert set(Job.objects.values_list("state", "attempts")) == {(JobState.QUEUED, 1)}
+    assert Lease.objects.count() == 0
