@@ -10,10 +10,11 @@ every installed app's ``tasks`` module (and ``TASK_MODULES``) at start-up.
 from __future__ import annotations
 
 import threading
+from importlib import import_module
 from typing import Any
 
 from django.tasks import Task
-from django.utils.module_loading import autodiscover_modules, import_module
+from django.utils.module_loading import autodiscover_modules
 
 _tasks: dict[str, Task[Any, Any]] = {}
 _lock = threading.Lock()

@@ -36,7 +36,7 @@ class AttemptInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobResult(TaskResult):  # type: ignore[type-arg]
+class JobResult(TaskResult):  # type: ignore[type-arg,misc]  # the stubs drop frozen=True
     state: JobState
     queue: str
     priority: int

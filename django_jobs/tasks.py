@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from django.tasks import Task, TaskContext
 
@@ -18,7 +19,7 @@ from .retry import Backoff
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobTask(Task):  # type: ignore[type-arg]
+class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signature
     # Policy, declared on @task(...).
     max_attempts: int | None = None  # None: the backend's MAX_ATTEMPTS
     timeout: float | None = None  # hard timeout in seconds
@@ -34,7 +35,7 @@ class JobTask(Task):  # type: ignore[type-arg]
     concurrency_key: str | None = None
     expires_at: datetime | None = None
 
-    def using(  # type: ignore[override]
+    def using(
         self,
         *,
         priority: int | None = None,
@@ -48,14 +49,15 @@ class JobTask(Task):  # type: ignore[type-arg]
         expires_at: datetime | None = None,
     ) -> JobTask:
         """Return a copy with per-call options; Django's own are handled by Django."""
-        base: JobTask = Task.using(
+        base: Task[Any, Any] = Task.using(
             self,
             priority=priority,
             queue_name=queue_name,
             run_after=run_after,
             backend=backend,
         )
-        ours = {
+        assert isinstance(base, JobTask)
+        ours: dict[str, Any] = {
             "tenant": tenant,
             "initiator": initiator,
             "idempotency_key": idempotency_key,
@@ -74,7 +76,7 @@ class JobTask(Task):  # type: ignore[type-arg]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobContext(TaskContext):  # type: ignore[type-arg]
+class JobContext(TaskContext):  # type: ignore[type-arg,misc]  # the stubs drop frozen=True
     """What a ``takes_context=True`` task receives.
 
     ``job_id`` is the same for every attempt of the job: use it (or

@@ -155,7 +155,7 @@ def claim(
         )
         if not rows:
             return []
-        now: datetime = rows[0].db_now  # type: ignore[attr-defined]
+        now: datetime = rows[0].db_now
         expires = now + timedelta(seconds=lease_seconds)
         updated = (
             Job.objects.using(db)

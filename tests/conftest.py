@@ -53,7 +53,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """Drop the test databases even if a killed worker left a session behind."""
     yield
-    if connections["default"].vendor != "postgresql":
+    default = connections["default"]
+    if default.vendor != "postgresql" or (
+        default.settings_dict["NAME"] != default.creation._get_test_db_name()
+    ):
         return
     with django_db_blocker.unblock(), connections["default"].cursor() as cursor:
         cursor.execute(
@@ -66,16 +69,6 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 def pg(transactional_db: None) -> None:
     """Committed data on PostgreSQL, visible to worker processes."""
     assert connections["default"].vendor == "postgresql"
-
-
-@pytest.fixture
-def lite(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
-    """Committed data on the SQLite database, emptied afterwards."""
-    from django.core.management import call_command
-
-    with django_db_blocker.unblock():
-        yield
-        call_command("flush", database="sqlite", interactive=False, verbosity=0)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:

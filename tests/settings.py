@@ -54,7 +54,7 @@ _SQLITE_FILE = os.environ.get(
 SQLITE: dict[str, Any] = {
     "ENGINE": "django.db.backends.sqlite3",
     "NAME": _SQLITE_FILE,
-    "TEST": {"NAME": _SQLITE_FILE},
+    "TEST": {"NAME": _SQLITE_FILE, "DEPENDENCIES": []},
     "OPTIONS": {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
@@ -110,6 +110,20 @@ TASKS = {
         "BACKEND": "django_jobs.backend.JobsBackend",
         "QUEUES": ["default", "other"],
         "OPTIONS": {"BACKOFF_BASE_SECONDS": 0.05, "BACKOFF_CAP_SECONDS": 0.5},
+    },
+    # Same database and queues as "default", with leases short enough that the
+    # tests of expiry and shutdown take seconds, not the default ten.
+    "fast": {
+        "BACKEND": "django_jobs.backend.JobsBackend",
+        "QUEUES": ["default", "other"],
+        "OPTIONS": {
+            "LEASE_SECONDS": 2.0,
+            "HEARTBEAT_SECONDS": 0.5,
+            "REAP_SECONDS": 0.5,
+            "SHUTDOWN_GRACE_SECONDS": 1.0,
+            "BACKOFF_BASE_SECONDS": 0.05,
+            "BACKOFF_CAP_SECONDS": 0.5,
+        },
     },
     "sqlite": {
         "BACKEND": "django_jobs.backend.JobsBackend",

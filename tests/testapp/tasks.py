@@ -34,6 +34,14 @@ def record(context: JobContext) -> str:
     return context.stable_key
 
 
+@task(takes_context=True, max_attempts=10)
+def record_once(context: JobContext, seconds: float = 0.0) -> str:
+    """Idempotent on the job's stable key, so a re-run after a lost report is harmless."""
+    time.sleep(seconds)
+    Ledger.objects.get_or_create(job_key=context.stable_key, defaults={"attempt": context.attempt})
+    return context.stable_key
+
+
 @task(takes_context=True, max_attempts=5)
 def slow_record(context: JobContext, seconds: float) -> str:
     time.sleep(seconds)

@@ -111,7 +111,7 @@ class Command(BaseCommand):
         log = logging.getLogger("django_jobs")
         if log.handlers or logging.getLogger().handlers:
             return
-        handler = logging.StreamHandler(self.stderr._out)
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
         )

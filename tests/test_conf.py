@@ -1,0 +1,103 @@
+"""Options are checked strictly when the backend is built, and by manage.py check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError, SystemCheckError
+from django.tasks import task_backends
+from django.test import override_settings
+
+from django_jobs.conf import JobsOptions
+
+
+def backend_settings(**options: Any) -> dict[str, Any]:
+    return {
+        "default": {
+            "BACKEND": "django_jobs.backend.JobsBackend",
+            "QUEUES": ["default"],
+            "OPTIONS": options,
+        }
+    }
+
+
+def test_options__defaults_give_quick_recovery() -> None:
+    options = JobsOptions.from_mapping("default", {})
+    assert (options.LEASE_SECONDS, options.HEARTBEAT_SECONDS, options.REAP_SECONDS) == (
+        10.0,
+        2.0,
+        2.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"LEASE_SECOND": 5}, r"unknown option\(s\) LEASE_SECOND; known options are"),
+        ({"LEASE_SECONDS": "10"}, r"\['LEASE_SECONDS'\] must be a number of seconds"),
+        ({"MAX_ATTEMPTS": 0}, r"\['MAX_ATTEMPTS'\] must be at least 1"),
+        ({"LISTEN": "yes"}, r"\['LISTEN'\] must be True or False"),
+        ({"TASK_MODULES": "app.tasks"}, r"must be a list of module paths"),
+        (
+            {"LEASE_SECONDS": 3, "HEARTBEAT_SECONDS": 2},
+            r"HEARTBEAT_SECONDS \(2.0\) must be at most half of LEASE_SECONDS \(3.0\)",
+        ),
+    ],
+)
+def test_options__refuse_mistakes_with_the_option_named(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ImproperlyConfigured, match=message):
+        JobsOptions.from_mapping("default", options)
+
+
+def test_backend__is_refused_at_first_use_when_misconfigured() -> None:
+    with (
+        override_settings(TASKS=backend_settings(POLL_SECONDS=-1)),
+        pytest.raises(ImproperlyConfigured, match="POLL_SECONDS'\\] must be positive"),
+    ):
+        task_backends["default"]
+
+
+def check_ids(**options: Any) -> list[str]:
+    with override_settings(TASKS=backend_settings(**options)):
+        return [message.id or "" for message in task_backends["default"].check()]
+
+
+def test_check__sqlite_without_immediate_transactions_is_an_error(settings: Any) -> None:
+    settings.DATABASES["plain"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    assert check_ids(DATABASE="plain") == ["django_jobs.E004"]
+
+
+def test_check__sqlite_with_immediate_transactions_passes() -> None:
+    assert check_ids(DATABASE="sqlite") == []
+
+
+def test_check__a_missing_jobs_database_is_an_error() -> None:
+    assert check_ids(DATABASE="jobs") == ["django_jobs.E002"]
+
+
+@pytest.mark.django_db(databases=["default", "sqlite"])
+def test_check__runs_with_manage_py_check() -> None:
+    with (
+        override_settings(TASKS=backend_settings(DATABASE="jobs")),
+        pytest.raises(SystemCheckError, match=r"django_jobs\.E002"),
+    ):
+        call_command("check", "django_jobs")
+
+
+def test_runworkers__refuses_an_unknown_queue() -> None:
+    with pytest.raises(CommandError, match=r"Unknown queue\(s\): nope\. .* has default, other"):
+        call_command("runworkers", queues="nope")
+
+
+def test_runworkers__refuses_a_backend_that_is_not_ours() -> None:
+    immediate = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+    with (
+        override_settings(TASKS=immediate),
+        pytest.raises(CommandError, match=r"not django_jobs\.backend\.JobsBackend"),
+    ):
+        call_command("runworkers")

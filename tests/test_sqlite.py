@@ -1,0 +1,59 @@
+"""The same engine on SQLite: one host, claims serialised, no server needed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.db import transaction
+
+from django_jobs import JobState
+from django_jobs.models import Attempt, Job
+from tests.testapp import tasks
+
+Burst = Callable[..., str]
+pytestmark = pytest.mark.django_db(databases=["sqlite"], transaction=True)
+SQLITE = ("--backend", "sqlite")
+
+
+def test_sqlite__rolled_back_transaction_leaves_no_job() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic(using="sqlite"):
+        tasks.add.using(backend="sqlite").enqueue(1, 2)
+        raise RuntimeError("business logic failed")
+    assert Job.objects.using("sqlite").count() == 0
+
+
+def test_sqlite__committed_job_is_processed(run_burst: Burst) -> None:
+    with transaction.atomic(using="sqlite"):
+        result = tasks.add.using(backend="sqlite").enqueue(2, 3)
+    run_burst(*SQLITE)
+    result.refresh()
+    assert (result.state, result.return_value) == (JobState.SUCCEEDED, 5)
+
+
+def test_sqlite__retries_then_succeeds(run_burst: Burst) -> None:
+    result = tasks.flaky.using(backend="sqlite").enqueue(2)
+    run_burst(*SQLITE)
+    result.refresh()
+    assert (result.state, result.attempts) == (JobState.SUCCEEDED, 3)
+    assert [a.outcome for a in result.attempt_log] == ["failed", "failed", "succeeded"]
+
+
+def test_sqlite__exhausts_keeping_every_error(run_burst: Burst) -> None:
+    result = tasks.always_fails.using(backend="sqlite").enqueue("nope")
+    run_burst(*SQLITE)
+    result.refresh()
+    assert (result.state, result.attempts) == (JobState.EXHAUSTED, 3)
+    assert [a.error_message for a in result.attempt_log] == ["nope"] * 3
+
+
+def test_sqlite__two_processes_share_the_work_without_duplicates(
+    start_workers: Callable[..., object],
+) -> None:
+    results = [tasks.add.using(backend="sqlite").enqueue(n, n) for n in range(200)]
+    workers = [start_workers("--burst", *SQLITE, "--concurrency", "2") for _ in range(2)]
+    codes = [w.wait(120) for w in workers]  # type: ignore[attr-defined]
+    states = set(Job.objects.using("sqlite").values_list("state", "attempts"))
+    assert codes == [0, 0]
+    assert states == {(JobState.SUCCEEDED, 1)}
+    assert len(results) == Attempt.objects.using("sqlite").count()

@@ -1,0 +1,130 @@
+"""What one attempt does, end to end: a real ``runworkers --burst`` on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.db import transaction
+from django.tasks import TaskResultStatus
+from django.utils import timezone
+
+from django_jobs import AttemptOutcome, JobState
+from django_jobs.models import Job
+from tests.testapp import tasks
+from tests.testapp.models import Ledger
+
+pytestmark = pytest.mark.postgres
+
+Burst = Callable[..., str]
+
+
+def test_worker__runs_a_committed_job_and_stores_its_result(pg: None, run_burst: Burst) -> None:
+    with transaction.atomic():
+        result = tasks.add.enqueue(2, 3)
+    run_burst()
+    result.refresh()
+    assert (result.status, result.state, result.return_value) == (
+        TaskResultStatus.SUCCESSFUL,
+        JobState.SUCCEEDED,
+        5,
+    )
+    assert [a.outcome for a in result.attempt_log] == [AttemptOutcome.SUCCEEDED]
+
+
+def test_worker__retries_with_backoff_then_succeeds(pg: None, run_burst: Burst) -> None:
+    result = tasks.flaky.enqueue(2)
+    run_burst()
+    result.refresh()
+    assert (result.state, result.return_value, result.attempts) == (JobState.SUCCEEDED, 3, 3)
+    assert [a.outcome for a in result.attempt_log] == ["failed", "failed", "succeeded"]
+    assert [e.exception_class for e in result.errors] == [ConnectionError, ConnectionError]
+    first, second = result.attempt_log[0], result.attempt_log[1]
+    assert first.finished_at is not None and second.started_at > first.finished_at
+
+
+def test_worker__exhausts_after_max_attempts_keeping_every_error(
+    pg: None, run_burst: Burst
+) -> None:
+    result = tasks.always_fails.enqueue("card declined")
+    run_burst()
+    result.refresh()
+    assert (result.state, result.status, result.attempts) == (
+        JobState.EXHAUSTED,
+        TaskResultStatus.FAILED,
+        3,
+    )
+    assert [(a.number, a.error_type, a.error_message) for a in result.attempt_log] == [
+        (n, "builtins.ValueError", "card declined") for n in (1, 2, 3)
+    ]
+    assert all("raise ValueError(message)" in a.traceback for a in result.attempt_log)
+    assert result.last_error == "builtins.ValueError: card declined"
+
+
+def test_worker__gives_up_at_once_on_a_give_up_error(pg: None, run_burst: Burst) -> None:
+    result = tasks.gives_up.enqueue()
+    run_burst()
+    result.refresh()
+    assert (result.state, result.attempts) == (JobState.FAILED, 1)
+
+
+def test_worker__retry_later_runs_again_after_the_requested_delay(
+    pg: None, run_burst: Burst
+) -> None:
+    result = tasks.asks_later.enqueue()
+    run_burst()
+    result.refresh()
+    assert (result.state, result.return_value) == (JobState.SUCCEEDED, 2)
+    assert result.attempt_log[0].error_type == "django_jobs.exceptions.RetryLater"
+
+
+def test_worker__fails_a_result_over_the_bound(pg: None, run_burst: Burst) -> None:
+    result = tasks.big_result.enqueue(70_000)
+    run_burst()
+    result.refresh()
+    assert (result.state, result.attempts) == (JobState.FAILED, 1)
+    assert result.attempt_log[0].error_type == "django_jobs.exceptions.ResultTooLargeError"
+    assert "over MAX_RESULT_BYTES (65536)" in result.attempt_log[0].error_message
+
+
+def test_worker__fails_a_result_that_is_not_json(pg: None, run_burst: Burst) -> None:
+    result = tasks.returns_set.enqueue()
+    run_burst()
+    result.refresh()
+    assert result.state == JobState.FAILED
+    assert result.attempt_log[0].error_message.startswith("the return value is a set")
+
+
+def test_worker__refuses_a_row_naming_an_unregistered_path(
+    pg: None, run_burst: Burst, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    now = timezone.now()
+    job = Job.objects.create(
+        task_name="os.system",
+        args=[f"touch {marker}"],
+        max_attempts=3,
+        run_after=now,
+        enqueued_at=now,
+        updated_at=now,
+    )
+    run_burst()
+    job.refresh_from_db()
+    attempt = job.attempt_set.get()
+    assert (job.state, job.attempts, marker.exists()) == (JobState.FAILED, 1, False)
+    assert attempt.error_type == "django_jobs.exceptions.UnknownTaskError"
+
+
+def test_worker__runs_async_tasks(pg: None, run_burst: Burst) -> None:
+    result = tasks.async_add.enqueue(20, 22)
+    run_burst()
+    result.refresh()
+    assert result.return_value == 42
+
+
+def test_worker__gives_tasks_a_key_stable_across_attempts(pg: None, run_burst: Burst) -> None:
+    plain = tasks.record.enqueue()
+    tasks.record.using(idempotency_key="order-7").enqueue()
+    run_burst()
+    assert set(Ledger.objects.values_list("job_key", flat=True)) == {plain.id, "order-7"}
