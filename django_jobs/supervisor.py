@@ -50,7 +50,10 @@ def _child_main(config: WorkerConfig, worker_id: uuid.UUID) -> None:
     # Ctrl-C reaches the whole process group; the supervisor relays it as
     # SIGTERM, so the child must not count it as a second stop request.
     exit_code = run_worker(config, worker_id, handle_sigint=False)
-    raise SystemExit(exit_code)
+    # Exit now, without joining job threads: a job still running after the
+    # grace period has had its lease released and must not hold the process.
+    logging.shutdown()
+    os._exit(exit_code)
 
 
 class Supervisor:

@@ -39,6 +39,7 @@ from django.utils import timezone
 from .models import Attempt, Job, Lease, Worker
 from .retry import Decision, Verdict
 from .states import TRANSITIONS, AttemptOutcome, JobState, Transition
+from .wakeup import wake_on_commit
 
 logger = logging.getLogger("django_jobs.transitions")
 
@@ -358,8 +359,9 @@ def reap(db: str, batch: int = 100) -> int:
     with transaction.atomic(using=db):
         leases = list(
             Lease.objects.using(db)
-            .select_for_update(skip_locked=True)
+            .select_for_update(skip_locked=True, of=("self",))
             .filter(expires_at__lt=Now())
+            .select_related("job")
             .order_by("expires_at")[:batch]
         )
         _lose(db, leases, "lease expired without a report: the worker stopped heartbeating")
@@ -375,7 +377,10 @@ def release_worker(db: str, worker_id: uuid.UUID, reason: str) -> int:
     """
     with transaction.atomic(using=db):
         leases = list(
-            Lease.objects.using(db).select_for_update(skip_locked=True).filter(worker_id=worker_id)
+            Lease.objects.using(db)
+            .select_for_update(skip_locked=True, of=("self",))
+            .select_related("job")
+            .filter(worker_id=worker_id)
         )
         _lose(db, leases, reason)
     return len(leases)
@@ -416,6 +421,9 @@ def _lose(db: str, leases: Sequence[Lease], reason: str) -> None:
                 updated_at=now,
                 last_error=f"lost: {reason}",
             )
+        if requeued:
+            # Commit-time wake-up, so an idle worker re-runs it without waiting a poll.
+            wake_on_commit(db, lease.job.queue)
         logger.warning(
             "Attempt %s of job %s lost (%s); job %s",
             lease.token,

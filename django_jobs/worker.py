@@ -103,6 +103,8 @@ class Worker:
         self.unsent: list[Report] = []
         self.running: dict[tuple[uuid.UUID, int], Claimed] = {}
         self.running_lock = threading.Lock()
+        # Jobs whose outcome is being written: their leases vanish on purpose.
+        self.reporting: set[tuple[uuid.UUID, int]] = set()
         self.jobs_done = 0
         self.lost_leases: set[tuple[uuid.UUID, int]] = set()
         # When the soonest retry this worker scheduled becomes due: no NOTIFY
@@ -234,6 +236,8 @@ class Worker:
                 break
         if not self.unsent:
             return
+        with self.running_lock:
+            self.reporting.update((r.job_id, r.token) for r in self.unsent)
         try:
             done = transitions.finish(self.db, self.identity.id, self.unsent)
         except DatabaseError as exc:
@@ -243,6 +247,7 @@ class Worker:
         with self.running_lock:
             for report in batch:
                 self.running.pop((report.job_id, report.token), None)
+                self.reporting.discard((report.job_id, report.token))
         self.jobs_done += len(batch)
         for report in done.stale:
             logger.warning(
@@ -256,7 +261,7 @@ class Worker:
             if state is JobState.QUEUED and report.decision is not None:
                 due = time.monotonic() + report.decision.delay
                 self.next_due = min(due, self.next_due or due)
-            self._send_finished(report, state)
+            self._send_finished(report)
 
     def _release_all(self, reason: str) -> None:
         released = self._retry_db(
@@ -298,6 +303,8 @@ class Worker:
                 lost = transitions.renew(
                     self.db, self.identity.id, held, self.settings.LEASE_SECONDS
                 )
+                with self.running_lock:
+                    lost = {key for key in lost if key not in self.reporting}
                 for key in lost - self.lost_leases:
                     logger.warning(
                         "Lease on job %s attempt %d was lost; its outcome will not count.", *key
@@ -349,7 +356,7 @@ class Worker:
             else:
                 value = task.call(*claimed.args, **claimed.kwargs)
             check_result(value, self.settings.MAX_RESULT_BYTES)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: in a job thread it ends the job, not us
             policy = self.backend.retry_policy(task, claimed.max_attempts)
             decision = (
                 Decision(Verdict.GIVE_UP)
@@ -389,7 +396,7 @@ class Worker:
             last_error="",
         )
 
-    def _send_finished(self, report: Report, state: JobState) -> None:
+    def _send_finished(self, report: Report) -> None:
         if not task_finished.has_listeners(type(self.backend)):
             return
         try:

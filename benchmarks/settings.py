@@ -1,0 +1,30 @@
+"""Settings for the benchmarks: PostgreSQL from BENCH_DATABASE_URL, one jobs backend."""
+
+from __future__ import annotations
+
+import os
+
+import environ
+
+DATABASES = {
+    "default": environ.Env.db_url_config(
+        os.environ.get("BENCH_DATABASE_URL", "postgres://root@127.0.0.1:5432/django_jobs_bench")
+    )
+}
+SECRET_KEY = "benchmarks-only"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_jobs",
+    "benchmarks.benchapp",
+]
+TASKS = {
+    "default": {
+        "BACKEND": "django_jobs.backend.JobsBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"CLAIM_BATCH": int(os.environ.get("BENCH_CLAIM_BATCH", "10"))},
+    }
+}
+LOGGING = {"version": 1, "disable_existing_loggers": False}
