@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from . import registry
 from .conf import JobsOptions
-from .enqueue import accept, new_job
+from .enqueue import DepthGauge, accept, new_job
 from .exceptions import InvalidJobOptionError, UnknownQueueError, UnknownTaskError
 from .models import Job
 from .payload import check_arguments
@@ -54,6 +54,7 @@ class JobsBackend(BaseTaskBackend):
         super().__init__(alias, params)
         self.settings = JobsOptions.from_mapping(alias, self.options)
         self.db = self.settings.DATABASE
+        self.depth = DepthGauge()
 
     # -- validation ---------------------------------------------------------
 
@@ -92,6 +93,9 @@ class JobsBackend(BaseTaskBackend):
         args = list(args)
         kwargs = dict(kwargs)
         check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
+        limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
+        if limit is not None:
+            self.depth.check(self.db, task.queue_name, limit)
         options = task if isinstance(task, JobTask) else None
         job = new_job(
             backend=self.alias,

@@ -9,7 +9,7 @@ is built (Django raises it from ``task_backends[alias]``) and reported by
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -44,6 +44,19 @@ class JobsOptions:
     WORKER_STALE_SECONDS: float = 30.0
     # Extra modules imported by workers so their tasks are registered.
     TASK_MODULES: tuple[str, ...] = ()
+    # A running job asked to cancel that has not stopped after this is stopped by force.
+    CANCEL_GRACE_SECONDS: float = 10.0
+    # A job told to stop (timeout, forced cancel) that is still running after this
+    # gets its worker process replaced: Python cannot kill one thread.
+    STOP_GRACE_SECONDS: float = 2.0
+    # This many lost attempts in a row quarantine the job (poison detection).
+    POISON_LOST_ATTEMPTS: int = 3
+    # Queue -> most queued jobs it may hold; enqueue beyond it raises QueueFullError.
+    QUEUE_MAX_DEPTH: Mapping[str, int] = field(default_factory=dict)
+    # Queue -> (retries, window seconds): the per-queue retry budget (docs/control.md).
+    RETRY_BUDGET: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    # ``manage.py jobs prune`` deletes finished jobs older than this by default.
+    RETENTION_DAYS: float = 14.0
 
     @classmethod
     def from_mapping(cls, alias: str, options: Mapping[str, Any]) -> JobsOptions:
@@ -56,7 +69,10 @@ class JobsOptions:
             )
         values: dict[str, Any] = {}
         for name, value in options.items():
-            values[name] = _coerce(alias, name, value, known[name].default)
+            default = known[name].default
+            if default is MISSING:
+                default = known[name].default_factory()  # type: ignore[operator]
+            values[name] = _coerce(alias, name, value, default)
         result = cls(**values)
         result._check_relations(alias)
         return result
@@ -68,10 +84,19 @@ class JobsOptions:
             "MAX_RESULT_BYTES",
             "MAX_ATTEMPTS",
             "CLAIM_BATCH",
+            "POISON_LOST_ATTEMPTS",
         ):
             if getattr(self, name) < 1:
                 raise ImproperlyConfigured(f"{where}[{name!r}] must be at least 1.")
-        for name in ("LEASE_SECONDS", "HEARTBEAT_SECONDS", "REAP_SECONDS", "POLL_SECONDS"):
+        for name in (
+            "LEASE_SECONDS",
+            "HEARTBEAT_SECONDS",
+            "REAP_SECONDS",
+            "POLL_SECONDS",
+            "CANCEL_GRACE_SECONDS",
+            "STOP_GRACE_SECONDS",
+            "RETENTION_DAYS",
+        ):
             if getattr(self, name) <= 0:
                 raise ImproperlyConfigured(f"{where}[{name!r}] must be positive.")
         if self.HEARTBEAT_SECONDS * 2 > self.LEASE_SECONDS:
@@ -79,6 +104,26 @@ class JobsOptions:
                 f"{where}: HEARTBEAT_SECONDS ({self.HEARTBEAT_SECONDS}) must be at most half "
                 f"of LEASE_SECONDS ({self.LEASE_SECONDS}), or one late heartbeat loses the lease."
             )
+        for queue, depth in self.QUEUE_MAX_DEPTH.items():
+            if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+                raise ImproperlyConfigured(
+                    f"{where}['QUEUE_MAX_DEPTH'][{queue!r}] must be a whole number of at "
+                    f"least 1, not {depth!r}."
+                )
+        for queue, budget in self.RETRY_BUDGET.items():
+            if (
+                not isinstance(budget, tuple | list)
+                or len(budget) != 2
+                or isinstance(budget[0], bool)
+                or not isinstance(budget[0], int)
+                or budget[0] < 1
+                or not isinstance(budget[1], int | float)
+                or budget[1] <= 0
+            ):
+                raise ImproperlyConfigured(
+                    f"{where}['RETRY_BUDGET'][{queue!r}] must be (retries, window_seconds) "
+                    f"with retries >= 1 and a positive window, not {budget!r}."
+                )
         if self.BACKOFF_CAP_SECONDS < self.BACKOFF_BASE_SECONDS:
             raise ImproperlyConfigured(
                 f"{where}: BACKOFF_CAP_SECONDS must not be below BACKOFF_BASE_SECONDS."
@@ -99,6 +144,12 @@ def _coerce(alias: str, name: str, value: Any, default: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ImproperlyConfigured(f"{where} must be a number of seconds, not {value!r}.")
         return float(value)
+    if isinstance(default, dict):
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ImproperlyConfigured(
+                f"{where} must be a dict keyed by queue name, not {value!r}."
+            )
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
     if isinstance(default, tuple):
         if isinstance(value, str) or not all(isinstance(v, str) for v in value):
             raise ImproperlyConfigured(f"{where} must be a list of module paths, not {value!r}.")

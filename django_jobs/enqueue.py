@@ -17,6 +17,7 @@ unique constraint lets exactly one win and the other reads the winner's row.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -25,7 +26,9 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from .exceptions import QueueFullError
 from .models import Job
+from .states import JobState
 from .wakeup import wake_on_commit
 
 
@@ -105,6 +108,7 @@ def new_job(
         dedup_scope=dedup_scope(task_name, tenant),
         concurrency_key=concurrency_key,
         max_attempts=max_attempts,
+        attempt_budget=max_attempts,
         timeout=timeout,
         enqueued_at=now,
         updated_at=now,
@@ -147,3 +151,33 @@ def _defer_until_all_commit(
             announce(stored)
 
     transaction.on_commit(after_commit, using=first)
+
+
+class DepthGauge:
+    """Backpressure: refuse an enqueue that would grow a queue past its limit.
+
+    Counting a queue costs an index scan of up to ``limit`` entries, so a
+    count well below the limit is trusted for one second; near the limit
+    (above half) every enqueue counts again. The bound can therefore be
+    overshot only by jobs enqueued within a second of a count below half
+    the limit — more than ``limit / 2`` enqueues per second per process.
+    """
+
+    TRUST_SECONDS = 1.0
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def check(self, db: str, queue: str, limit: int) -> None:
+        key = (db, queue)
+        now = time.monotonic()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.TRUST_SECONDS and seen[1] < limit // 2:
+            return
+        depth = Job.objects.using(db).filter(state=JobState.QUEUED, queue=queue)[:limit].count()
+        self._seen[key] = (now, depth)
+        if depth >= limit:
+            raise QueueFullError(
+                f"Queue {queue!r} is full: {depth} jobs are queued and QUEUE_MAX_DEPTH is "
+                f"{limit}. Nothing was enqueued; try again later or raise the limit."
+            )

@@ -58,3 +58,30 @@ class ResultTooLargeError(Exception):
 
 class ResultNotJSONError(Exception):
     """A task returned a value that does not survive a JSON round trip."""
+
+
+class QueueFullError(EnqueueError):
+    """The queue already holds its ``QUEUE_MAX_DEPTH`` of queued jobs (backpressure)."""
+
+
+class JobNotFoundError(LookupError):
+    """No job has this id."""
+
+
+class InvalidTransitionError(Exception):
+    """An operator verb does not apply to the job's current state; nothing changed."""
+
+
+class JobStopped(BaseException):
+    """Raised inside a task's thread to stop it: its timeout passed or it was cancelled.
+
+    A BaseException, so a task's ``except Exception`` does not swallow it.
+    """
+
+
+class JobTimedOut(JobStopped):
+    """The attempt outlived its ``timeout``."""
+
+
+class JobCancelled(JobStopped):
+    """The job was cancelled; raised by ``context.raise_if_cancelled()`` or by force."""

@@ -48,8 +48,18 @@ class Job(models.Model):
     attempts = models.PositiveIntegerField(
         default=0, help_text="Attempts started; the current one's number is the lease token."
     )
-    max_attempts = models.PositiveIntegerField()
+    max_attempts = models.PositiveIntegerField(help_text="Attempt numbers above this exhaust.")
+    attempt_budget = models.PositiveIntegerField(
+        default=3, help_text="Attempts granted at enqueue and again by each operator retry."
+    )
     timeout = models.FloatField(null=True, blank=True, help_text="Hard timeout in seconds.")
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    progress_done = models.BigIntegerField(null=True, blank=True)
+    progress_total = models.BigIntegerField(null=True, blank=True)
+    progress_message = models.CharField(max_length=500, blank=True, default="")
+    progress_attempt = models.PositiveIntegerField(null=True, blank=True)
+    progress_at = models.DateTimeField(null=True, blank=True)
 
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
@@ -76,6 +86,19 @@ class Job(models.Model):
                 name="django_jobs_leased_idx",
             ),
             models.Index(fields=["finished_at"], name="django_jobs_finished_idx"),
+            # The deadline sweep: queued jobs that carry a deadline.
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(state=JobState.QUEUED, expires_at__isnull=False),
+                name="django_jobs_deadline_idx",
+            ),
+        ]
+        permissions = [
+            ("cancel_job", "Can cancel jobs"),
+            ("retry_job", "Can retry jobs"),
+            ("quarantine_job", "Can quarantine jobs"),
+            ("release_job", "Can release quarantined jobs"),
+            ("discard_job", "Can discard jobs"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -184,3 +207,40 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid}"
+
+
+class JobEvent(models.Model):
+    """The audit trail of a job: every operator action and automatic hold, with who and why."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    transition = models.CharField(max_length=32)
+    from_state = models.CharField(max_length=16, choices=JobState.choices)
+    to_state = models.CharField(max_length=16, choices=JobState.choices)
+    actor = models.CharField(max_length=255, help_text="Who acted: a user, or 'system'.")
+    note = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "at", "id"]
+        indexes = [models.Index(fields=["job", "at"], name="django_jobs_event_job_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.transition} by {self.actor} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class RetryWindow(models.Model):
+    """Retries scheduled per queue in one fixed window, for the per-queue retry budget."""
+
+    queue = models.CharField(max_length=100)
+    window_start = models.DateTimeField()
+    retries = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "window_start"], name="django_jobs_window_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.window_start:%H:%M:%S}: {self.retries} retries"

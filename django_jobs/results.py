@@ -18,7 +18,29 @@ from django.tasks.base import TaskError
 from .models import Attempt, Job
 from .states import AttemptOutcome, JobState, django_status
 
-_OUR_REFRESH_ATTRS = ("state", "attempt_log", "last_error", "run_after")
+_OUR_REFRESH_ATTRS = (
+    "state",
+    "attempt_log",
+    "last_error",
+    "run_after",
+    "progress",
+    "cancel_requested_at",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressInfo:
+    done: int
+    total: int | None
+    message: str
+    attempt: int | None
+    at: datetime | None
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.total:
+            return None
+        return min(1.0, self.done / self.total)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +68,8 @@ class JobResult(TaskResult):  # type: ignore[type-arg,misc]  # the stubs drop fr
     run_after: datetime
     last_error: str
     attempt_log: tuple[AttemptInfo, ...] = ()
+    progress: ProgressInfo | None = None
+    cancel_requested_at: datetime | None = None
 
     def refresh(self) -> None:
         fresh = self.task.get_backend().get_result(self.id)
@@ -112,6 +136,16 @@ def build(task: Task[Any, Any], job: Job, attempts: list[Attempt]) -> JobResult:
         run_after=job.run_after,
         last_error=job.last_error,
         attempt_log=log,
+        progress=None
+        if job.progress_done is None
+        else ProgressInfo(
+            done=job.progress_done,
+            total=job.progress_total,
+            message=job.progress_message,
+            attempt=job.progress_attempt,
+            at=job.progress_at,
+        ),
+        cancel_requested_at=job.cancel_requested_at,
     )
     if job.state == JobState.SUCCEEDED:
         object.__setattr__(result, "_return_value", job.result)

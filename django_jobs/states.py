@@ -61,13 +61,25 @@ FINISHED_STATES = frozenset(set(JobState) - LIVE_STATES)
 class Transition(StrEnum):
     """Every way a job's state may change, named after what causes it."""
 
+    # Workers and the reaper.
     CLAIM = "claim"
     COMPLETE = "complete"
     SCHEDULE_RETRY = "schedule_retry"
     EXHAUST = "exhaust"
     FAIL = "fail"
+    CONFIRM_CANCEL = "confirm_cancel"  # a cancelling attempt ended without success
     REAP = "reap"  # lease expired or its worker died: attempt lost, job requeued
     REAP_EXHAUST = "reap_exhaust"  # ... and no attempt is left
+    REAP_CANCEL = "reap_cancel"  # ... while cancel was requested
+    POISON = "poison"  # ... for the Nth time in a row: held for an operator
+    EXPIRE = "expire"  # its deadline passed before it started
+    # Operators (admin, API, CLI), through django_jobs.control.
+    CANCEL = "cancel"  # a queued job: cancelled at once
+    REQUEST_CANCEL = "request_cancel"  # a running job: asked to stop
+    RETRY = "retry"  # a fresh attempt budget
+    QUARANTINE = "quarantine"
+    RELEASE = "release"
+    DISCARD = "discard"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +88,37 @@ class Rule:
     target: JobState
 
 
+_S = JobState
+# Finished without success: where an operator may retry, quarantine or discard.
+UNSUCCESSFUL = frozenset({_S.FAILED, _S.EXHAUSTED, _S.CANCELLED, _S.EXPIRED})
+
 TRANSITIONS: dict[Transition, Rule] = {
-    Transition.CLAIM: Rule(frozenset({JobState.QUEUED}), JobState.RUNNING),
-    Transition.COMPLETE: Rule(LEASED_STATES, JobState.SUCCEEDED),
-    Transition.SCHEDULE_RETRY: Rule(frozenset({JobState.RUNNING}), JobState.QUEUED),
-    Transition.EXHAUST: Rule(LEASED_STATES, JobState.EXHAUSTED),
-    Transition.FAIL: Rule(LEASED_STATES, JobState.FAILED),
-    Transition.REAP: Rule(frozenset({JobState.RUNNING}), JobState.QUEUED),
-    Transition.REAP_EXHAUST: Rule(LEASED_STATES, JobState.EXHAUSTED),
+    Transition.CLAIM: Rule(frozenset({_S.QUEUED}), _S.RUNNING),
+    Transition.COMPLETE: Rule(LEASED_STATES, _S.SUCCEEDED),
+    Transition.SCHEDULE_RETRY: Rule(frozenset({_S.RUNNING}), _S.QUEUED),
+    Transition.EXHAUST: Rule(frozenset({_S.RUNNING}), _S.EXHAUSTED),
+    Transition.FAIL: Rule(frozenset({_S.RUNNING}), _S.FAILED),
+    Transition.CONFIRM_CANCEL: Rule(frozenset({_S.CANCELLING}), _S.CANCELLED),
+    Transition.REAP: Rule(frozenset({_S.RUNNING}), _S.QUEUED),
+    Transition.REAP_EXHAUST: Rule(frozenset({_S.RUNNING}), _S.EXHAUSTED),
+    Transition.REAP_CANCEL: Rule(frozenset({_S.CANCELLING}), _S.CANCELLED),
+    Transition.POISON: Rule(frozenset({_S.RUNNING}), _S.QUARANTINED),
+    Transition.EXPIRE: Rule(frozenset({_S.QUEUED}), _S.EXPIRED),
+    Transition.CANCEL: Rule(frozenset({_S.QUEUED}), _S.CANCELLED),
+    Transition.REQUEST_CANCEL: Rule(frozenset({_S.RUNNING}), _S.CANCELLING),
+    Transition.RETRY: Rule(UNSUCCESSFUL | {_S.QUARANTINED}, _S.QUEUED),
+    Transition.QUARANTINE: Rule(UNSUCCESSFUL | {_S.QUEUED}, _S.QUARANTINED),
+    Transition.RELEASE: Rule(frozenset({_S.QUARANTINED}), _S.QUEUED),
+    Transition.DISCARD: Rule(UNSUCCESSFUL | {_S.QUEUED, _S.QUARANTINED}, _S.DISCARDED),
+}
+
+# The operator verbs and the transitions each may take, tried in order.
+VERBS: dict[str, tuple[Transition, ...]] = {
+    "cancel": (Transition.CANCEL, Transition.REQUEST_CANCEL),
+    "retry": (Transition.RETRY,),
+    "quarantine": (Transition.QUARANTINE,),
+    "release": (Transition.RELEASE,),
+    "discard": (Transition.DISCARD,),
 }
 
 

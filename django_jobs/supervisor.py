@@ -64,6 +64,7 @@ class Supervisor:
         assert isinstance(backend, JobsBackend)
         self.db = backend.db
         self.grace = backend.settings.SHUTDOWN_GRACE_SECONDS
+        self.poison_after = backend.settings.POISON_LOST_ATTEMPTS
         self.config = config
         self.slots = [_Slot(number) for number in range(processes)]
         self.context = multiprocessing.get_context("fork")
@@ -138,7 +139,9 @@ class Supervisor:
         logger.error("Worker process %s died (%s); releasing its jobs now.", pid, how)
         for _ in range(20):
             try:
-                released = transitions.release_worker(self.db, slot.worker_id, reason)
+                released = transitions.release_worker(
+                    self.db, slot.worker_id, reason, self.poison_after
+                )
                 transitions.stop_worker(self.db, slot.worker_id)
                 if released:
                     logger.warning("Released %d job(s) of worker %s", released, pid)

@@ -25,20 +25,24 @@ Guarantees and limits, honestly:
 from __future__ import annotations
 
 import logging
+import math
+import random
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, Value
+from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
-from .models import Attempt, Job, Lease, Worker
+from .exceptions import InvalidTransitionError, JobNotFoundError
+from .models import Attempt, Job, JobEvent, Lease, RetryWindow, Worker
 from .retry import Decision, Verdict
-from .states import TRANSITIONS, AttemptOutcome, JobState, Transition
+from .signals import send_on_commit
+from .states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition, allowed
 from .wakeup import wake_on_commit
 
 logger = logging.getLogger("django_jobs.transitions")
@@ -85,6 +89,7 @@ class Report:
     error_message: str = ""
     traceback: str = ""
     decision: Decision | None = None  # for failures: what the retry policy said
+    progress: Progress | None = None  # the last progress the task set, if unwritten
 
     def as_late_report(self) -> dict[str, Any]:
         return {
@@ -93,6 +98,19 @@ class Report:
             "error_message": self.error_message[:2000],
             "reported_at": timezone.now().isoformat(),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    done: int
+    total: int | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    lost: set[tuple[uuid.UUID, int]]  # leases this worker no longer holds
+    cancelling: set[tuple[uuid.UUID, int]]  # held leases whose job was asked to cancel
 
 
 @dataclass(slots=True)
@@ -135,6 +153,8 @@ def claim(
             Job.objects.using(db)
             .select_for_update(skip_locked=True, of=("self",))
             .filter(state=JobState.QUEUED, queue__in=queues, run_after__lte=Now())
+            # Never start a job after its deadline; the reaper marks it expired.
+            .exclude(expires_at__lte=Now())
             .order_by("-priority", "run_after")
             .annotate(db_now=Now())
             .only(
@@ -226,11 +246,13 @@ def renew(
     worker_id: uuid.UUID,
     held: Iterable[tuple[uuid.UUID, int]],
     lease_seconds: float,
-) -> set[tuple[uuid.UUID, int]]:
-    """Extend this worker's leases; return the (job, token) pairs it no longer holds.
+    progress: Mapping[tuple[uuid.UUID, int], Progress] | None = None,
+) -> Renewed:
+    """Extend this worker's leases, write throttled progress, and learn of cancellations.
 
     Also stamps the worker row, so the heartbeat that keeps leases alive is
-    the same one operators see.
+    the same one operators see. Progress is written only under a lease this
+    worker still holds: a stale holder's progress changes nothing.
     """
     held = set(held)
     with transaction.atomic(using=db):
@@ -238,11 +260,31 @@ def renew(
             expires_at=Now() + Value(timedelta(seconds=lease_seconds)),
             renewed_at=Now(),
         )
-        still = set(
-            Lease.objects.using(db).filter(worker_id=worker_id).values_list("job_id", "token")
-        )
+        current = {
+            (job_id, token): state
+            for job_id, token, state in Lease.objects.using(db)
+            .filter(worker_id=worker_id)
+            .values_list("job_id", "token", "job__state")
+        }
+        now = timezone.now()
+        for (job_id, token), value in (progress or {}).items():
+            if (job_id, token) in current:
+                _write_progress(db, job_id, token, value, now)
         Worker.objects.using(db).filter(id=worker_id).update(heartbeat_at=Now())
-    return held - still
+    return Renewed(
+        lost=held - set(current),
+        cancelling={key for key, state in current.items() if state == JobState.CANCELLING},
+    )
+
+
+def _write_progress(db: str, job_id: uuid.UUID, token: int, value: Progress, now: datetime) -> None:
+    Job.objects.using(db).filter(id=job_id, attempts=token).update(
+        progress_done=value.done,
+        progress_total=value.total,
+        progress_message=value.message[:500],
+        progress_attempt=token,
+        progress_at=now,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -250,9 +292,11 @@ def renew(
 # ---------------------------------------------------------------------------
 
 
-def _transition_for(report: Report) -> Transition:
+def _transition_for(report: Report, state: str) -> Transition:
     if report.outcome == AttemptOutcome.SUCCEEDED:
         return Transition.COMPLETE
+    if state == JobState.CANCELLING:
+        return Transition.CONFIRM_CANCEL
     assert report.decision is not None, "a failure report needs the retry policy's decision"
     return {
         Verdict.RETRY: Transition.SCHEDULE_RETRY,
@@ -261,7 +305,12 @@ def _transition_for(report: Report) -> Transition:
     }[report.decision.verdict]
 
 
-def finish(db: str, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished:
+def finish(
+    db: str,
+    worker_id: uuid.UUID,
+    reports: Sequence[Report],
+    retry_budgets: Mapping[str, tuple[int, float]] | None = None,
+) -> Finished:
     """Apply a batch of attempt outcomes; fence each on its lease.
 
     A report whose lease is gone (reaped, released, or re-claimed under a newer
@@ -275,12 +324,14 @@ def finish(db: str, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished
     with transaction.atomic(using=db):
         # Lock the leases we claim to hold: the reaper locks them the same way
         # (SKIP LOCKED), so it either reaps before us or skips while we finish.
-        held = set(
-            Lease.objects.using(db)
-            .select_for_update()
+        held = {
+            (lease.job_id, lease.token): lease
+            for lease in Lease.objects.using(db)
+            .select_for_update(of=("self",))
+            .select_related("job")
+            .only("job_id", "token", "job__state", "job__queue")
             .filter(worker_id=worker_id, job_id__in=[r.job_id for r in reports])
-            .values_list("job_id", "token")
-        )
+        }
         current = [r for r in reports if (r.job_id, r.token) in held]
         done.stale = [r for r in reports if (r.job_id, r.token) not in held]
         if current:
@@ -288,18 +339,18 @@ def finish(db: str, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished
                 job_id__in=[r.job_id for r in current], worker_id=worker_id
             ).delete()
         for report in current:
-            transition = _transition_for(report)
-            job_changes: dict[str, Any] = {
-                "state": _target(transition),
-                "updated_at": now,
-            }
+            job = held[(report.job_id, report.token)].job
+            transition = _transition_for(report, job.state)
+            job_changes: dict[str, Any] = {"state": _target(transition), "updated_at": now}
             if transition is Transition.COMPLETE:
                 job_changes.update(result=report.result, finished_at=now, last_error="")
             else:
                 job_changes["last_error"] = _short_error(report)
                 if transition is Transition.SCHEDULE_RETRY:
                     assert report.decision is not None
-                    job_changes["run_after"] = now + timedelta(seconds=report.decision.delay)
+                    job_changes["run_after"] = _retry_at(
+                        db, job.queue, now, report.decision.delay, retry_budgets or {}
+                    )
                 else:
                     job_changes["finished_at"] = now
             changed = (
@@ -307,15 +358,18 @@ def finish(db: str, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished
                 .filter(
                     id=report.job_id,
                     attempts=report.token,
+                    state=job.state,
                     state__in=_sources(transition),
                 )
                 .update(**job_changes)
             )
             if changed != 1:
-                # The lease was ours but the job moved on (an operator verb that
-                # keeps leases would do this): treat it like any late report.
+                # A lease on a job in a state that takes no report (only a
+                # hand-written row can be there): refuse it like a late report.
                 done.stale.append(report)
                 continue
+            if report.progress is not None:
+                _write_progress(db, report.job_id, report.token, report.progress, now)
             Attempt.objects.using(db).filter(
                 id=report.attempt_id, outcome=AttemptOutcome.RUNNING
             ).update(
@@ -325,6 +379,7 @@ def finish(db: str, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished
                 error_message=report.error_message,
                 traceback=report.traceback,
             )
+            send_on_commit(db, report.job_id, transition, job.state, _target(transition))
             done.applied.append((report, JobState(_target(transition))))
         for report in done.stale:
             Attempt.objects.using(db).filter(id=report.attempt_id, late_report__isnull=True).update(
@@ -337,6 +392,43 @@ def finish(db: str, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished
     return done
 
 
+def _retry_at(
+    db: str,
+    queue: str,
+    now: datetime,
+    delay: float,
+    budgets: Mapping[str, tuple[int, float]],
+) -> datetime:
+    """When a retry may run: its backoff, pushed later if the queue's retry budget is spent.
+
+    The rule (docs/control.md): retries scheduled in a queue are counted in
+    fixed windows of ``window`` seconds. The first ``budget`` retries of a
+    window keep their backoff; the n-th beyond it is pushed to a random moment
+    of the window ``ceil(n / budget)`` windows later, so retries past the
+    budget drain at ``budget`` per window instead of piling onto a failing
+    dependency. Pushed retries are not counted again in the window they land in.
+    """
+    at = now + timedelta(seconds=delay)
+    if queue not in budgets:
+        return at
+    budget, window = budgets[queue]
+    start = datetime.fromtimestamp(
+        math.floor(now.timestamp() / window) * window, tz=now.tzinfo or UTC
+    )
+    row, _ = (
+        RetryWindow.objects.using(db)
+        .select_for_update()
+        .get_or_create(queue=queue, window_start=start)
+    )
+    row.retries += 1
+    row.save(using=db, update_fields=["retries"])
+    over = row.retries - budget
+    if over <= 0:
+        return at
+    pushed = start + timedelta(seconds=window * (math.ceil(over / budget) + random.random()))
+    return max(at, pushed)
+
+
 def _short_error(report: Report) -> str:
     first_line = report.error_message.strip().splitlines()[0] if report.error_message else ""
     return f"{report.error_type}: {first_line}"[:1000]
@@ -347,7 +439,7 @@ def _short_error(report: Report) -> str:
 # ---------------------------------------------------------------------------
 
 
-def reap(db: str, batch: int = 100) -> int:
+def reap(db: str, batch: int = 100, poison_after: int = 3) -> int:
     """Turn expired leases into ``lost`` attempts and requeue (or exhaust) their jobs.
 
     Safe to run in every worker at once: expired leases are locked with
@@ -364,11 +456,16 @@ def reap(db: str, batch: int = 100) -> int:
             .select_related("job")
             .order_by("expires_at")[:batch]
         )
-        _lose(db, leases, "lease expired without a report: the worker stopped heartbeating")
+        _lose(
+            db,
+            leases,
+            "lease expired without a report: the worker stopped heartbeating",
+            poison_after,
+        )
     return len(leases)
 
 
-def release_worker(db: str, worker_id: uuid.UUID, reason: str) -> int:
+def release_worker(db: str, worker_id: uuid.UUID, reason: str, poison_after: int = 3) -> int:
     """Give back every lease of one worker at once, its attempts ``lost``.
 
     Used when the supervisor saw the worker process die and when a shutdown's
@@ -382,15 +479,32 @@ def release_worker(db: str, worker_id: uuid.UUID, reason: str) -> int:
             .select_related("job")
             .filter(worker_id=worker_id)
         )
-        _lose(db, leases, reason)
+        _lose(db, leases, reason, poison_after)
     return len(leases)
 
 
-def _lose(db: str, leases: Sequence[Lease], reason: str) -> None:
+def _lost_streak(db: str, job_id: uuid.UUID) -> int:
+    """How many of the job's latest attempts in a row ended ``lost`` (this one included)."""
+    streak = 0
+    outcomes = (
+        Attempt.objects.using(db)
+        .filter(job_id=job_id)
+        .order_by("-number")
+        .values_list("outcome", flat=True)
+    )
+    for outcome in outcomes:
+        if outcome != AttemptOutcome.LOST:
+            break
+        streak += 1
+    return streak
+
+
+def _lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> None:
     if not leases:
         return
     now = timezone.now()
     for lease in leases:
+        job = lease.job
         attempt_changed = (
             Attempt.objects.using(db)
             .filter(id=lease.attempt_id, outcome=AttemptOutcome.RUNNING)
@@ -401,37 +515,150 @@ def _lose(db: str, leases: Sequence[Lease], reason: str) -> None:
                 error_message=reason,
             )
         )
-        base = Job.objects.using(db).filter(id=lease.job_id, attempts=lease.token)
-        requeued = (
-            base.filter(
-                Q(attempts__lt=F("max_attempts")), state__in=_sources(Transition.REAP)
-            ).update(
-                state=_target(Transition.REAP),
-                run_after=now,
-                updated_at=now,
-                last_error=f"lost: {reason}",
-            )
-            if attempt_changed
-            else 0
+        if not attempt_changed or job.attempts != lease.token:
+            continue
+        if job.state == JobState.CANCELLING:
+            transition = Transition.REAP_CANCEL
+        elif _lost_streak(db, job.id) >= poison_after:
+            transition = Transition.POISON
+        elif job.attempts < job.max_attempts:
+            transition = Transition.REAP
+        else:
+            transition = Transition.REAP_EXHAUST
+        changes: dict[str, Any] = {
+            "state": _target(transition),
+            "updated_at": now,
+            "last_error": f"lost: {reason}",
+        }
+        if transition is Transition.REAP:
+            changes["run_after"] = now
+        elif transition is not Transition.POISON:
+            changes["finished_at"] = now
+        moved = (
+            Job.objects.using(db)
+            .filter(id=job.id, attempts=lease.token, state__in=_sources(transition))
+            .update(**changes)
         )
-        if attempt_changed and not requeued:
-            base.filter(state__in=_sources(Transition.REAP_EXHAUST)).update(
-                state=_target(Transition.REAP_EXHAUST),
-                finished_at=now,
-                updated_at=now,
-                last_error=f"lost: {reason}",
-            )
-        if requeued:
+        if not moved:
+            continue
+        note = reason
+        if transition is Transition.POISON:
+            note = f"{poison_after} attempts in a row were lost; held as possible poison."
+            _audit(db, job.id, transition, job.state, "system", note, now)
+        if transition is Transition.REAP:
             # Commit-time wake-up, so an idle worker re-runs it without waiting a poll.
-            wake_on_commit(db, lease.job.queue)
+            wake_on_commit(db, job.queue)
+        send_on_commit(db, job.id, transition, job.state, _target(transition), note=note)
         logger.warning(
             "Attempt %s of job %s lost (%s); job %s",
             lease.token,
-            lease.job_id,
+            job.id,
             reason,
-            "requeued" if requeued else "exhausted",
+            _target(transition),
         )
     Lease.objects.using(db).filter(job_id__in=[lease.job_id for lease in leases]).delete()
+
+
+def expire_overdue(db: str, batch: int = 500) -> int:
+    """Mark queued jobs whose deadline passed ``expired``: they must never run late."""
+    now = timezone.now()
+    with transaction.atomic(using=db):
+        ids = list(
+            Job.objects.using(db)
+            .select_for_update(skip_locked=True)
+            .filter(state=JobState.QUEUED, expires_at__lte=Now())
+            .values_list("id", flat=True)[:batch]
+        )
+        if not ids:
+            return 0
+        rule = TRANSITIONS[Transition.EXPIRE]
+        expired = (
+            Job.objects.using(db)
+            .filter(id__in=ids, state__in=_sources(Transition.EXPIRE))
+            .update(
+                state=rule.target,
+                finished_at=now,
+                updated_at=now,
+                last_error="expired: its deadline passed before it started",
+            )
+        )
+        for job_id in ids:
+            send_on_commit(db, job_id, Transition.EXPIRE, JobState.QUEUED, rule.target)
+    return expired
+
+
+# ---------------------------------------------------------------------------
+# Operator verbs (called through django_jobs.control)
+# ---------------------------------------------------------------------------
+
+
+def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -> Transition:
+    """Apply an operator verb to one job, or raise InvalidTransitionError; audit it.
+
+    The job row is locked for the decision, and the write is still guarded by
+    the state it was decided on, so two operators racing cannot both win.
+    """
+    now = timezone.now()
+    with transaction.atomic(using=db):
+        job = (
+            Job.objects.using(db)
+            .select_for_update()
+            .only("id", "state", "queue", "attempts", "attempt_budget", "max_attempts")
+            .filter(id=job_id)
+            .first()
+        )
+        if job is None:
+            raise JobNotFoundError(f"No job with id {job_id}.")
+        transition = next((t for t in VERBS[verb] if allowed(t, job.state)), None)
+        if transition is None:
+            states = sorted({str(s) for t in VERBS[verb] for s in TRANSITIONS[t].sources})
+            raise InvalidTransitionError(
+                f"Cannot {verb} job {job_id}: it is {job.state}; {verb} applies only to "
+                f"jobs that are {', '.join(states)}."
+            )
+        changes: dict[str, Any] = {"state": _target(transition), "updated_at": now}
+        if transition is Transition.CANCEL:
+            changes.update(cancel_requested_at=now, finished_at=now)
+        elif transition is Transition.REQUEST_CANCEL:
+            changes["cancel_requested_at"] = now
+        elif transition is Transition.RETRY:
+            changes.update(
+                max_attempts=job.attempts + job.attempt_budget,
+                run_after=now,
+                finished_at=None,
+                cancel_requested_at=None,
+            )
+        elif transition is Transition.RELEASE:
+            changes.update(run_after=now, max_attempts=max(job.max_attempts, job.attempts + 1))
+        elif transition is Transition.DISCARD:
+            changes["finished_at"] = now
+        moved = Job.objects.using(db).filter(id=job_id, state=job.state).update(**changes)
+        assert moved == 1, "the job row is locked; its state cannot have changed"
+        _audit(db, job_id, transition, job.state, actor, note, now)
+        if _target(transition) == JobState.QUEUED:
+            wake_on_commit(db, job.queue)
+        send_on_commit(db, job_id, transition, job.state, _target(transition), actor, note)
+    return transition
+
+
+def _audit(
+    db: str,
+    job_id: uuid.UUID,
+    transition: Transition,
+    from_state: str,
+    actor: str,
+    note: str,
+    now: datetime,
+) -> None:
+    JobEvent.objects.using(db).create(
+        job_id=job_id,
+        at=now,
+        transition=transition,
+        from_state=from_state,
+        to_state=_target(transition),
+        actor=actor[:255],
+        note=note,
+    )
 
 
 # ---------------------------------------------------------------------------

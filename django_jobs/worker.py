@@ -239,7 +239,9 @@ class Worker:
         with self.running_lock:
             self.reporting.update((r.job_id, r.token) for r in self.unsent)
         try:
-            done = transitions.finish(self.db, self.identity.id, self.unsent)
+            done = transitions.finish(
+                self.db, self.identity.id, self.unsent, self.settings.RETRY_BUDGET
+            )
         except DatabaseError as exc:
             self._db_fault("report", exc)
             return
@@ -300,11 +302,11 @@ class Worker:
             try:
                 with self.running_lock:
                     held = list(self.running)
-                lost = transitions.renew(
+                renewed = transitions.renew(
                     self.db, self.identity.id, held, self.settings.LEASE_SECONDS
                 )
                 with self.running_lock:
-                    lost = {key for key in lost if key not in self.reporting}
+                    lost = {key for key in renewed.lost if key not in self.reporting}
                 for key in lost - self.lost_leases:
                     logger.warning(
                         "Lease on job %s attempt %d was lost; its outcome will not count.", *key
@@ -312,7 +314,9 @@ class Worker:
                 self.lost_leases |= lost
                 if time.monotonic() >= next_reap:
                     next_reap = time.monotonic() + self.settings.REAP_SECONDS
-                    reaped = transitions.reap(self.db)
+                    reaped = transitions.reap(
+                        self.db, poison_after=self.settings.POISON_LOST_ATTEMPTS
+                    )
                     if reaped:
                         logger.warning("Reaped %d expired lease(s).", reaped)
             except DatabaseError as exc:

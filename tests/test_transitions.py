@@ -12,9 +12,10 @@ from django.db import connections
 from django.utils import timezone
 
 from django_jobs import transitions
-from django_jobs.models import Attempt, Job, Lease
+from django_jobs.exceptions import InvalidTransitionError
+from django_jobs.models import Attempt, Job, JobEvent, Lease
 from django_jobs.retry import Decision, Verdict
-from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState, Transition
+from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition
 from django_jobs.transitions import Report, WorkerIdentity
 
 pytestmark = pytest.mark.postgres
@@ -102,6 +103,8 @@ def test_finish__applies_only_from_the_states_the_table_allows(
     job = make_job(state, attempts=1, leased_by=ME)
     done = transitions.finish(DB, ME.id, [report_for(job, transition)])
     job.refresh_from_db()
+    if state is JobState.CANCELLING and transition is not Transition.COMPLETE:
+        transition = Transition.CONFIRM_CANCEL  # a cancelled job is not retried
     if state in TRANSITIONS[transition].sources:
         assert (len(done.applied), job.state) == (1, TRANSITIONS[transition].target)
     else:
@@ -115,15 +118,44 @@ def test_claim__takes_only_queued_jobs(pg: None, state: JobState) -> None:
     assert len(claimed) == (1 if state is JobState.QUEUED else 0)
 
 
+REAPED = {
+    JobState.RUNNING: TRANSITIONS[Transition.REAP].target,
+    JobState.CANCELLING: TRANSITIONS[Transition.REAP_CANCEL].target,
+}
+
+
 @pytest.mark.parametrize("state", list(JobState))
-def test_reap__requeues_only_from_the_states_the_table_allows(pg: None, state: JobState) -> None:
+def test_reap__moves_only_leased_states(pg: None, state: JobState) -> None:
     job = make_job(state, attempts=1, leased_by=ME, lease_expired=True)
     transitions.reap(DB)
     job.refresh_from_db()
-    expected = TRANSITIONS[Transition.REAP].target if state is JobState.RUNNING else state
-    if state is JobState.CANCELLING:
-        expected = TRANSITIONS[Transition.REAP_EXHAUST].target
-    assert job.state == expected
+    assert job.state == REAPED.get(state, state)
+
+
+@pytest.mark.parametrize("state", list(JobState))
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_operate__applies_each_verb_only_where_the_table_allows(
+    pg: None, verb: str, state: JobState
+) -> None:
+    job = make_job(state, attempts=1)
+    allowed_here = [t for t in VERBS[verb] if state in TRANSITIONS[t].sources]
+    if allowed_here:
+        taken = transitions.operate(DB, job.id, verb, "ops", "walk")
+        job.refresh_from_db()
+        event = JobEvent.objects.get(job=job)
+        assert (taken, job.state) == (allowed_here[0], TRANSITIONS[allowed_here[0]].target)
+        assert (event.actor, event.from_state, event.to_state) == ("ops", state, job.state)
+    else:
+        with pytest.raises(InvalidTransitionError, match=f"Cannot {verb} job .*: it is {state}"):
+            transitions.operate(DB, job.id, verb, "ops", "walk")
+        job.refresh_from_db()
+        assert (job.state, JobEvent.objects.count()) == (state, 0)
+
+
+def test_transition_table__every_state_is_reachable_and_every_rule_has_sources() -> None:
+    targets = {rule.target for rule in TRANSITIONS.values()}
+    assert targets | {JobState.QUEUED} == set(JobState)
+    assert all(rule.sources for rule in TRANSITIONS.values())
 
 
 def test_claim__orders_by_priority_then_age_and_skips_future_jobs(pg: None) -> None:
@@ -151,8 +183,8 @@ def test_renew__extends_held_leases_and_reports_lost_ones(pg: None) -> None:
     gone = make_job(JobState.RUNNING, attempts=1, leased_by=ME)
     before = Lease.objects.get(job=kept).expires_at
     Lease.objects.filter(job=gone).delete()
-    lost = transitions.renew(DB, ME.id, [(kept.id, 1), (gone.id, 1)], lease_seconds=60)
-    assert lost == {(gone.id, 1)}
+    renewed = transitions.renew(DB, ME.id, [(kept.id, 1), (gone.id, 1)], lease_seconds=60)
+    assert (renewed.lost, renewed.cancelling) == ({(gone.id, 1)}, set())
     assert Lease.objects.get(job=kept).expires_at > before
 
 

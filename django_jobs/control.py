@@ -1,0 +1,144 @@
+"""The operator verbs: cancel, retry, quarantine, release, discard.
+
+The admin, the REST API and ``manage.py jobs`` all call these, and only
+these. Each is a compare-and-set transition (``transitions.operate``): one that
+does not apply to the job's current state raises ``InvalidTransitionError``
+and changes nothing; one that applies writes an audit record (who, when, why)
+kept with the job, and sends its signal after commit.
+
+What each verb does, by state (the table in ``states.TRANSITIONS`` is the truth):
+
+* ``cancel`` — a queued job is cancelled at once; a running job becomes
+  ``cancelling``: its task sees ``context.cancelled``, and a task that ignores
+  it is stopped by force after ``CANCEL_GRACE_SECONDS``.
+* ``retry`` — a failed, exhausted, cancelled, expired or quarantined job is
+  queued again with a fresh attempt budget (the ``max_attempts`` it was
+  enqueued with).
+* ``quarantine`` — hold a queued or unsuccessful job; it never runs until
+  released. A reason is required.
+* ``release`` — a quarantined job is queued again, with at least one attempt left.
+* ``discard`` — accept the loss of a job that will not succeed; a note is required.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.tasks import task_backends
+
+from . import transitions
+from .backend import JobsBackend
+from .exceptions import InvalidTransitionError, JobNotFoundError
+from .models import Job
+from .states import VERBS, Transition
+
+JobRef = Job | uuid.UUID | str
+
+NOTE_REQUIRED = frozenset({"quarantine", "discard"})
+
+
+@dataclass(slots=True)
+class BulkResult:
+    """What a bulk verb did: the jobs it changed, and why it refused the others."""
+
+    changed: list[uuid.UUID] = field(default_factory=list)
+    refused: dict[uuid.UUID, str] = field(default_factory=dict)
+
+
+def actor_name(actor: Any) -> str:
+    """A user (its username), or any string ("cron", "api:token-7")."""
+    if isinstance(actor, str):
+        name = actor.strip()
+    else:
+        name = str(actor.get_username()) if hasattr(actor, "get_username") else ""
+    if not name:
+        raise ValueError("An operator action needs an actor: a user or a non-empty name.")
+    return name
+
+
+def _database(backend: str) -> str:
+    instance = task_backends[backend]
+    if not isinstance(instance, JobsBackend):
+        raise TypeError(f"TASKS[{backend!r}] is not a django_jobs backend.")
+    return instance.db
+
+
+def _job_id(job: JobRef) -> uuid.UUID:
+    if isinstance(job, Job):
+        return job.id
+    if isinstance(job, uuid.UUID):
+        return job
+    try:
+        return uuid.UUID(str(job))
+    except ValueError:
+        raise JobNotFoundError(f"{job!r} is not a job id (a UUID).") from None
+
+
+def apply(
+    verb: str,
+    job: JobRef,
+    *,
+    actor: Any,
+    note: str = "",
+    backend: str = "default",
+) -> Transition:
+    """Apply ``verb`` to one job; return the transition it took.
+
+    Raises ``InvalidTransitionError`` (wrong state), ``JobNotFoundError``, or
+    ``ValueError`` (unknown verb, missing actor, missing note).
+    """
+    if verb not in VERBS:
+        raise ValueError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
+    note = note.strip()
+    if verb in NOTE_REQUIRED and not note:
+        raise ValueError(f"{verb} needs a note saying why.")
+    return transitions.operate(_database(backend), _job_id(job), verb, actor_name(actor), note)
+
+
+def apply_many(
+    verb: str,
+    jobs: Iterable[JobRef],
+    *,
+    actor: Any,
+    note: str = "",
+    backend: str = "default",
+) -> BulkResult:
+    """Apply ``verb`` to each job in its own transaction; refusals do not stop the rest."""
+    if verb not in VERBS:
+        raise ValueError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
+    name = actor_name(actor)
+    if verb in NOTE_REQUIRED and not note.strip():
+        raise ValueError(f"{verb} needs a note saying why.")
+    result = BulkResult()
+    for job in jobs:
+        job_id = _job_id(job)
+        try:
+            apply(verb, job_id, actor=name, note=note, backend=backend)
+        except (InvalidTransitionError, JobNotFoundError) as exc:
+            result.refused[job_id] = str(exc)
+        else:
+            result.changed.append(job_id)
+    return result
+
+
+def cancel(job: JobRef, *, actor: Any, note: str = "", backend: str = "default") -> Transition:
+    return apply("cancel", job, actor=actor, note=note, backend=backend)
+
+
+def retry(job: JobRef, *, actor: Any, note: str = "", backend: str = "default") -> Transition:
+    return apply("retry", job, actor=actor, note=note, backend=backend)
+
+
+def quarantine(job: JobRef, *, actor: Any, note: str, backend: str = "default") -> Transition:
+    return apply("quarantine", job, actor=actor, note=note, backend=backend)
+
+
+def release(job: JobRef, *, actor: Any, note: str = "", backend: str = "default") -> Transition:
+    return apply("release", job, actor=actor, note=note, backend=backend)
+
+
+def discard(job: JobRef, *, actor: Any, note: str, backend: str = "default") -> Transition:
+    return apply("discard", job, actor=actor, note=note, backend=backend)

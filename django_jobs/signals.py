@@ -1,0 +1,87 @@
+"""Signals for every job state transition, sent after the change commits.
+
+``job_transitioned`` fires for all of them; each transition also has its own
+signal (``job_exhausted``, ``job_quarantined``, ...). Receivers get
+``job_id``, ``transition``, ``from_state``, ``to_state``, ``actor`` and ``note``
+keyword arguments, and the sender is ``django_jobs.models.Job``.
+
+Django's own ``task_enqueued``, ``task_started`` and ``task_finished`` are sent
+too, by the backend and the worker.
+"""
+
+from __future__ import annotations
+
+import uuid
+from functools import partial
+
+from django.db import transaction
+from django.dispatch import Signal
+
+from .states import JobState, Transition
+
+job_transitioned = Signal()
+
+job_claimed = Signal()
+job_succeeded = Signal()
+job_retry_scheduled = Signal()
+job_exhausted = Signal()
+job_failed = Signal()
+job_cancel_confirmed = Signal()
+job_lost = Signal()
+job_lost_exhausted = Signal()
+job_lost_cancelled = Signal()
+job_poisoned = Signal()
+job_expired = Signal()
+job_cancelled = Signal()
+job_cancel_requested = Signal()
+job_retried = Signal()
+job_quarantined = Signal()
+job_released = Signal()
+job_discarded = Signal()
+
+BY_TRANSITION: dict[Transition, Signal] = {
+    Transition.CLAIM: job_claimed,
+    Transition.COMPLETE: job_succeeded,
+    Transition.SCHEDULE_RETRY: job_retry_scheduled,
+    Transition.EXHAUST: job_exhausted,
+    Transition.FAIL: job_failed,
+    Transition.CONFIRM_CANCEL: job_cancel_confirmed,
+    Transition.REAP: job_lost,
+    Transition.REAP_EXHAUST: job_lost_exhausted,
+    Transition.REAP_CANCEL: job_lost_cancelled,
+    Transition.POISON: job_poisoned,
+    Transition.EXPIRE: job_expired,
+    Transition.CANCEL: job_cancelled,
+    Transition.REQUEST_CANCEL: job_cancel_requested,
+    Transition.RETRY: job_retried,
+    Transition.QUARANTINE: job_quarantined,
+    Transition.RELEASE: job_released,
+    Transition.DISCARD: job_discarded,
+}
+
+
+def send_on_commit(
+    db: str,
+    job_id: uuid.UUID,
+    transition: Transition,
+    from_state: JobState | str,
+    to_state: JobState | str,
+    actor: str = "system",
+    note: str = "",
+) -> None:
+    """Queue both signals for after the current transaction commits (if anyone listens)."""
+    specific = BY_TRANSITION[transition]
+    if not (specific.has_listeners() or job_transitioned.has_listeners()):
+        return
+    from .models import Job
+
+    kwargs = {
+        "job_id": job_id,
+        "transition": transition,
+        "from_state": JobState(from_state),
+        "to_state": JobState(to_state),
+        "actor": actor,
+        "note": note,
+    }
+    transaction.on_commit(partial(specific.send, Job, **kwargs), using=db, robust=True)
+    transaction.on_commit(partial(job_transitioned.send, Job, **kwargs), using=db, robust=True)
