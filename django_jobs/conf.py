@@ -51,6 +51,9 @@ class JobsOptions:
     STOP_GRACE_SECONDS: float = 2.0
     # This many lost attempts in a row quarantine the job (poison detection).
     POISON_LOST_ATTEMPTS: int = 3
+    # Run a job whose previous attempt was lost in a child process of its own,
+    # so if it is what crashes workers, it takes no other job down with it.
+    ISOLATE_SUSPECTS: bool = True
     # Queue -> most queued jobs it may hold; enqueue beyond it raises QueueFullError.
     QUEUE_MAX_DEPTH: Mapping[str, int] = field(default_factory=dict)
     # Queue -> (retries, window seconds): the per-queue retry budget (docs/control.md).

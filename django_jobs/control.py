@@ -113,8 +113,8 @@ def apply_many(
     if verb in NOTE_REQUIRED and not note.strip():
         raise ValueError(f"{verb} needs a note saying why.")
     result = BulkResult()
-    for job in jobs:
-        job_id = _job_id(job)
+    # Every id is checked before any job changes, so a malformed one changes nothing.
+    for job_id in [_job_id(job) for job in jobs]:
         try:
             apply(verb, job_id, actor=name, note=note, backend=backend)
         except (InvalidTransitionError, JobNotFoundError) as exc:

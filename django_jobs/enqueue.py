@@ -157,10 +157,10 @@ class DepthGauge:
     """Backpressure: refuse an enqueue that would grow a queue past its limit.
 
     Counting a queue costs an index scan of up to ``limit`` entries, so a
-    count well below the limit is trusted for one second; near the limit
-    (above half) every enqueue counts again. The bound can therefore be
-    overshot only by jobs enqueued within a second of a count below half
-    the limit — more than ``limit / 2`` enqueues per second per process.
+    count well below the limit is trusted for one second, plus this process's
+    own enqueues since; near the limit (above half) every enqueue counts again.
+    Only other processes' enqueues within that second can overshoot the bound:
+    more than ``limit / 2`` of them would be needed.
     """
 
     TRUST_SECONDS = 1.0
@@ -172,10 +172,12 @@ class DepthGauge:
         key = (db, queue)
         now = time.monotonic()
         seen = self._seen.get(key)
-        if seen is not None and now - seen[0] < self.TRUST_SECONDS and seen[1] < limit // 2:
+        if seen is not None and now - seen[0] < self.TRUST_SECONDS and seen[1] + 1 < limit // 2:
+            # Count our own enqueues against the estimate until the next exact count.
+            self._seen[key] = (seen[0], seen[1] + 1)
             return
         depth = Job.objects.using(db).filter(state=JobState.QUEUED, queue=queue)[:limit].count()
-        self._seen[key] = (now, depth)
+        self._seen[key] = (now, depth + 1)
         if depth >= limit:
             raise QueueFullError(
                 f"Queue {queue!r} is full: {depth} jobs are queued and QUEUE_MAX_DEPTH is "

@@ -54,6 +54,9 @@ class Job(models.Model):
     )
     timeout = models.FloatField(null=True, blank=True, help_text="Hard timeout in seconds.")
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    lost_streak = models.PositiveSmallIntegerField(
+        default=0, help_text="Latest attempts in a row that ended lost (poison detection)."
+    )
 
     progress_done = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)

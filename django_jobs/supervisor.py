@@ -29,7 +29,7 @@ from django.tasks import task_backends
 
 from . import transitions
 from .backend import JobsBackend
-from .worker import WorkerConfig, run_worker
+from .worker import RECYCLE_EXIT_CODE, WorkerConfig, run_worker
 
 logger = logging.getLogger("django_jobs.supervisor")
 
@@ -121,17 +121,19 @@ class Supervisor:
         process.join()
         code = process.exitcode
         slot.process = None
-        if code != 0:
+        if code not in (0, RECYCLE_EXIT_CODE):
             self._release(slot, process.pid, code)
         if self.stop_requests or (code == 0 and self.config.burst):
             return
-        # A worker that keeps dying at start-up is restarted ever more slowly.
+        # A worker that keeps dying at start-up is restarted ever more slowly;
+        # one that asked to be replaced is replaced at once.
         lived = time.monotonic() - slot.started
-        slot.restart_delay = (
-            0.0 if lived > 60 else min(_MAX_RESTART_DELAY, max(0.5, slot.restart_delay * 2))
-        )
+        if code == RECYCLE_EXIT_CODE or lived > 60:
+            slot.restart_delay = 0.0
+        else:
+            slot.restart_delay = min(_MAX_RESTART_DELAY, max(0.5, slot.restart_delay * 2))
         slot.restart_at = time.monotonic() + slot.restart_delay
-        logger.info("Restarting worker slot %d in %.1fs", slot.number, slot.restart_delay)
+        logger.info("Replacing worker slot %d in %.1fs", slot.number, slot.restart_delay)
 
     def _release(self, slot: _Slot, pid: int | None, code: int | None) -> None:
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"

@@ -9,13 +9,16 @@ Django 6.1 hands extra ``@task(...)`` keyword arguments to the backend's
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.tasks import Task, TaskContext
 
 from .retry import Backoff
+
+if TYPE_CHECKING:
+    from .attempt import AttemptControl
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +92,7 @@ class JobContext(TaskContext):  # type: ignore[type-arg,misc]  # the stubs drop 
     max_attempts: int
     tenant: str
     idempotency_key: str | None
+    control: AttemptControl = field(repr=False)
 
     @property
     def attempt(self) -> int:
@@ -102,3 +106,19 @@ class JobContext(TaskContext):  # type: ignore[type-arg,misc]  # the stubs drop 
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt_number >= self.max_attempts
+
+    @property
+    def cancelled(self) -> bool:
+        """True once an operator asked to cancel this job (seen at the next heartbeat)."""
+        return self.control.cancelled.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``JobCancelled`` if cancel was asked: the cooperative way to stop."""
+        self.control.raise_if_cancelled()
+
+    def set_progress(self, done: int, total: int | None = None, message: str = "") -> None:
+        """Report progress; it must not decrease within an attempt.
+
+        Cheap to call often: the worker writes the latest value once per heartbeat.
+        """
+        self.control.set_progress(done, total, message)

@@ -74,6 +74,8 @@ class Claimed:
     enqueued_at: datetime
     started_at: datetime
     lease_expires_at: datetime
+    # The previous attempt was lost: it may be what crashed its worker.
+    suspect: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,7 @@ def claim(
                 "backend",
                 "enqueued_at",
                 "started_at",
+                "lost_streak",
             )[:limit]
         )
         if not rows:
@@ -231,6 +234,7 @@ def claim(
             enqueued_at=r.enqueued_at,
             started_at=r.started_at or now,
             lease_expires_at=expires,
+            suspect=r.lost_streak > 0,
         )
         for r, a in zip(rows, attempts, strict=True)
     ]
@@ -341,7 +345,11 @@ def finish(
         for report in current:
             job = held[(report.job_id, report.token)].job
             transition = _transition_for(report, job.state)
-            job_changes: dict[str, Any] = {"state": _target(transition), "updated_at": now}
+            job_changes: dict[str, Any] = {
+                "state": _target(transition),
+                "updated_at": now,
+                "lost_streak": 0,
+            }
             if transition is Transition.COMPLETE:
                 job_changes.update(result=report.result, finished_at=now, last_error="")
             else:
@@ -483,20 +491,28 @@ def release_worker(db: str, worker_id: uuid.UUID, reason: str, poison_after: int
     return len(leases)
 
 
-def _lost_streak(db: str, job_id: uuid.UUID) -> int:
-    """How many of the job's latest attempts in a row ended ``lost`` (this one included)."""
-    streak = 0
-    outcomes = (
-        Attempt.objects.using(db)
-        .filter(job_id=job_id)
-        .order_by("-number")
-        .values_list("outcome", flat=True)
-    )
-    for outcome in outcomes:
-        if outcome != AttemptOutcome.LOST:
-            break
-        streak += 1
-    return streak
+def release_lease(
+    db: str,
+    worker_id: uuid.UUID,
+    job_id: uuid.UUID,
+    token: int,
+    reason: str,
+    poison_after: int = 3,
+) -> int:
+    """Give back one lease, its attempt ``lost``: the worker saw the attempt die.
+
+    Used for an isolated attempt whose child process died: the worker is alive
+    and knows the attempt ended, but not what it did before it ended.
+    """
+    with transaction.atomic(using=db):
+        leases = list(
+            Lease.objects.using(db)
+            .select_for_update(of=("self",))
+            .select_related("job")
+            .filter(worker_id=worker_id, job_id=job_id, token=token)
+        )
+        _lose(db, leases, reason, poison_after)
+    return len(leases)
 
 
 def _lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> None:
@@ -519,7 +535,7 @@ def _lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> N
             continue
         if job.state == JobState.CANCELLING:
             transition = Transition.REAP_CANCEL
-        elif _lost_streak(db, job.id) >= poison_after:
+        elif job.lost_streak + 1 >= poison_after:
             transition = Transition.POISON
         elif job.attempts < job.max_attempts:
             transition = Transition.REAP
@@ -529,6 +545,7 @@ def _lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> N
             "state": _target(transition),
             "updated_at": now,
             "last_error": f"lost: {reason}",
+            "lost_streak": F("lost_streak") + 1,
         }
         if transition is Transition.REAP:
             changes["run_after"] = now
@@ -622,14 +639,20 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
         elif transition is Transition.REQUEST_CANCEL:
             changes["cancel_requested_at"] = now
         elif transition is Transition.RETRY:
+            # The operator decided it should run now: its old deadline no longer holds.
             changes.update(
                 max_attempts=job.attempts + job.attempt_budget,
                 run_after=now,
                 finished_at=None,
                 cancel_requested_at=None,
+                expires_at=None,
             )
         elif transition is Transition.RELEASE:
-            changes.update(run_after=now, max_attempts=max(job.max_attempts, job.attempts + 1))
+            changes.update(
+                run_after=now,
+                max_attempts=max(job.max_attempts, job.attempts + 1),
+                expires_at=None,
+            )
         elif transition is Transition.DISCARD:
             changes["finished_at"] = now
         moved = Job.objects.using(db).filter(id=job_id, state=job.state).update(**changes)

@@ -41,8 +41,17 @@ from django.tasks import task_backends
 from django.tasks.signals import task_finished, task_started
 
 from . import registry, transitions
+from .attempt import AttemptControl
 from .backend import JobsBackend
-from .exceptions import ResultNotJSONError, ResultTooLargeError, UnknownTaskError
+from .exceptions import (
+    JobCancelled,
+    JobStopped,
+    JobTimedOut,
+    ResultNotJSONError,
+    ResultTooLargeError,
+    UnknownTaskError,
+)
+from .isolation import run_isolated
 from .models import Job
 from .payload import check_result
 from .results import JobResult
@@ -53,6 +62,16 @@ from .transitions import Claimed, Report, WorkerIdentity
 from .wakeup import Listener
 
 logger = logging.getLogger("django_jobs.worker")
+
+# A worker exits with this to be replaced at once, also under --burst: it hit
+# --max-jobs/--max-memory, or had to abandon a thread that would not stop.
+RECYCLE_EXIT_CODE = 75
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    claimed: Claimed
+    control: AttemptControl
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +120,7 @@ class Worker:
         self.wake = threading.Event()
         self.reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
         self.unsent: list[Report] = []
-        self.running: dict[tuple[uuid.UUID, int], Claimed] = {}
+        self.running: dict[tuple[uuid.UUID, int], Running] = {}
         self.running_lock = threading.Lock()
         # Jobs whose outcome is being written: their leases vanish on purpose.
         self.reporting: set[tuple[uuid.UUID, int]] = set()
@@ -110,6 +129,10 @@ class Worker:
         # When the soonest retry this worker scheduled becomes due: no NOTIFY
         # announces it, so the idle wait is cut short to meet it.
         self.next_due: float | None = None
+        # Reports for attempts whose thread would not stop: written just before
+        # this process exits, so the job cannot run elsewhere while it still runs here.
+        self.abandoned: dict[tuple[uuid.UUID, int], Report] = {}
+        self.exit_code = 0
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -161,20 +184,24 @@ class Worker:
             self._retry_db(lambda: transitions.stop_worker(self.db, self.identity.id), tries=5)
             connections.close_all()
         logger.info("Worker %s stopped after %d jobs", self.identity.name, self.jobs_done)
-        return 0
+        return self.exit_code
 
     def _main_loop(self, pool: ThreadPoolExecutor) -> None:
         deadline: float | None = None
         while True:
             self._flush_reports()
+            self._police()
             if self._should_recycle():
+                self.exit_code = RECYCLE_EXIT_CODE
                 self.stopping.set()
             free = self.config.concurrency - len(self.running)
             if self.stopping.is_set():
-                if not self.running and not self.unsent:
+                if len(self.running) == len(self.abandoned) and not self.unsent:
+                    self._write_abandoned()
                     return
                 deadline = deadline or time.monotonic() + self.settings.SHUTDOWN_GRACE_SECONDS
                 if self.hurry.is_set() or time.monotonic() >= deadline:
+                    self._write_abandoned()
                     self._release_all("worker shut down before the job finished")
                     return
                 self.wake.wait(0.1)
@@ -182,9 +209,10 @@ class Worker:
                 continue
             got = self._claim(free) if free else []
             for claimed in got:
+                running = Running(claimed, AttemptControl(claimed.timeout))
                 with self.running_lock:
-                    self.running[(claimed.job_id, claimed.token)] = claimed
-                pool.submit(self._execute, claimed)
+                    self.running[(claimed.job_id, claimed.token)] = running
+                pool.submit(self._execute, running)
             if self.config.burst and not got and not self.running and self._idle():
                 return
             if got and len(got) == min(free, self.settings.CLAIM_BATCH) and len(got) < free:
@@ -194,11 +222,69 @@ class Worker:
 
     def _idle_wait(self) -> float:
         wait = self.settings.POLL_SECONDS
+        now = time.monotonic()
         if self.next_due is not None:
-            wait = min(wait, max(0.0, self.next_due - time.monotonic()))
-            if self.next_due <= time.monotonic():
+            wait = min(wait, max(0.0, self.next_due - now))
+            if self.next_due <= now:
                 self.next_due = None
+        with self.running_lock:
+            controls = [r.control for r in self.running.values()]
+        for control in controls:
+            for moment in (control.deadline, control.cancel_seen, control.stop_sent):
+                if moment is not None:
+                    wait = min(wait, max(0.05, moment + self.settings.STOP_GRACE_SECONDS - now))
         return wait
+
+    # -- timeouts and forced cancellation --------------------------------------
+
+    def _police(self) -> None:
+        """Stop attempts past their timeout or cancel grace; give up on threads that stay."""
+        now = time.monotonic()
+        with self.running_lock:
+            running = list(self.running.items())
+        for key, item in running:
+            control = item.control
+            if key in self.abandoned:
+                continue
+            if control.stop_sent is None:
+                if control.deadline is not None and now >= control.deadline:
+                    if control.stop(JobTimedOut):
+                        logger.warning("Job %s attempt %d timed out; stopping it.", *key)
+                elif (
+                    control.cancel_seen is not None
+                    and now >= control.cancel_seen + self.settings.CANCEL_GRACE_SECONDS
+                ) and control.stop(JobCancelled):
+                    logger.warning("Job %s attempt %d ignored its cancel; stopping it.", *key)
+            elif now >= control.stop_sent + self.settings.STOP_GRACE_SECONDS:
+                self._abandon(key, item)
+
+    def _abandon(self, key: tuple[uuid.UUID, int], item: Running) -> None:
+        """The thread did not stop (a blocking C call): replace this whole process."""
+        kind = item.control.stop_kind or JobTimedOut
+        message = (
+            f"did not stop within {self.settings.STOP_GRACE_SECONDS:g}s of being told to "
+            "(blocked outside Python); its worker process was replaced to end it. The "
+            "effect of the work done so far is unknown."
+        )
+        exc = kind(message)
+        self.abandoned[key] = self._stopped_report(item, exc)
+        logger.error("Job %s attempt %d %s", key[0], key[1], message)
+        self.exit_code = RECYCLE_EXIT_CODE
+        self.stopping.set()
+
+    def _write_abandoned(self) -> None:
+        if not self.abandoned:
+            return
+        reports = list(self.abandoned.values())
+        self._retry_db(
+            lambda: transitions.finish(
+                self.db, self.identity.id, reports, self.settings.RETRY_BUDGET
+            ),
+            tries=10,
+        )
+        with self.running_lock:
+            for key in self.abandoned:
+                self.running.pop(key, None)
 
     def _should_recycle(self) -> bool:
         if self.config.max_jobs is not None and self.jobs_done >= self.config.max_jobs:
@@ -231,9 +317,16 @@ class Worker:
     def _flush_reports(self) -> None:
         while True:
             try:
-                self.unsent.append(self.reports.get_nowait())
+                report = self.reports.get_nowait()
             except queue.Empty:
                 break
+            key = (report.job_id, report.token)
+            if report.outcome == AttemptOutcome.LOST:
+                # Already applied by release_lease from the job thread.
+                with self.running_lock:
+                    self.running.pop(key, None)
+            elif key not in self.abandoned:
+                self.unsent.append(report)
         if not self.unsent:
             return
         with self.running_lock:
@@ -301,10 +394,18 @@ class Worker:
                 break
             try:
                 with self.running_lock:
-                    held = list(self.running)
+                    running = dict(self.running)
+                progress = {
+                    key: value
+                    for key, item in running.items()
+                    if (value := item.control.take_progress()) is not None
+                }
                 renewed = transitions.renew(
-                    self.db, self.identity.id, held, self.settings.LEASE_SECONDS
+                    self.db, self.identity.id, running, self.settings.LEASE_SECONDS, progress
                 )
+                for key in renewed.cancelling:
+                    if key in running:
+                        running[key].control.request_cancel()
                 with self.running_lock:
                     lost = {key for key in renewed.lost if key not in self.reporting}
                 for key in lost - self.lost_leases:
@@ -317,6 +418,7 @@ class Worker:
                     reaped = transitions.reap(
                         self.db, poison_after=self.settings.POISON_LOST_ATTEMPTS
                     )
+                    transitions.expire_overdue(self.db)
                     if reaped:
                         logger.warning("Reaped %d expired lease(s).", reaped)
             except DatabaseError as exc:
@@ -327,16 +429,24 @@ class Worker:
 
     # -- running one attempt ----------------------------------------------------
 
-    def _execute(self, claimed: Claimed) -> None:
+    def _execute(self, item: Running) -> None:
         close_old_connections()
         try:
-            report = self._run_task(claimed)
+            if item.claimed.suspect and self.settings.ISOLATE_SUSPECTS:
+                report = self._run_isolated(item)
+            else:
+                report = self._run_task(item)
+        except JobStopped as exc:
+            # The stop landed just outside the task call, in our own code.
+            report = self._stopped_report(item, exc)
         finally:
+            item.control.end()
             close_old_connections()
         self.reports.put(report)
         self.wake.set()
 
-    def _run_task(self, claimed: Claimed) -> Report:
+    def _run_task(self, item: Running) -> Report:
+        claimed, control = item.claimed, item.control
         task = registry.get(claimed.task_name)
         if task is None:
             error = UnknownTaskError(
@@ -347,6 +457,7 @@ class Worker:
         result = self._running_result(task, claimed)
         task_started.send(type(self.backend), task_result=result)
         try:
+            control.begin()
             if task.takes_context:
                 context = JobContext(
                     task_result=result,
@@ -355,26 +466,80 @@ class Worker:
                     max_attempts=claimed.max_attempts,
                     tenant=claimed.tenant,
                     idempotency_key=claimed.idempotency_key,
+                    control=control,
                 )
                 value = task.call(context, *claimed.args, **claimed.kwargs)
             else:
                 value = task.call(*claimed.args, **claimed.kwargs)
+            control.end()
             check_result(value, self.settings.MAX_RESULT_BYTES)
+        except JobStopped as exc:
+            control.end()
+            return self._stopped_report(item, exc)
         except BaseException as exc:  # SystemExit too: in a job thread it ends the job, not us
+            control.end()
             policy = self.backend.retry_policy(task, claimed.max_attempts)
             decision = (
                 Decision(Verdict.GIVE_UP)
                 if _is_result_error(exc)
                 else policy.decide(exc, claimed.token)
             )
-            return _failure(claimed, AttemptOutcome.FAILED, exc, decision)
+            return _failure(claimed, AttemptOutcome.FAILED, exc, decision, control)
         return Report(
             job_id=claimed.job_id,
             token=claimed.token,
             attempt_id=claimed.attempt_id,
             outcome=AttemptOutcome.SUCCEEDED,
             result=value,
+            progress=control.take_progress(),
         )
+
+    def _run_isolated(self, item: Running) -> Report:
+        """Run a suspect in its own process (see isolation.py); its death loses only it."""
+        claimed = item.claimed
+        outcome = run_isolated(self.config, self.identity.id, claimed, item.control.adopt_child)
+        if isinstance(outcome, Report):
+            return outcome
+        stop = item.control.stop_kind
+        if stop is not None:  # we killed it: a timeout or a forced cancel
+            return self._stopped_report(item, stop())
+        how = f"killed by signal {-outcome}" if outcome < 0 else f"exit {outcome}"
+        reason = f"isolated attempt's process died ({how})"
+        transitions.release_lease(
+            self.db,
+            self.identity.id,
+            claimed.job_id,
+            claimed.token,
+            reason,
+            self.settings.POISON_LOST_ATTEMPTS,
+        )
+        return Report(
+            job_id=claimed.job_id,
+            token=claimed.token,
+            attempt_id=claimed.attempt_id,
+            outcome=AttemptOutcome.LOST,
+            error_message=reason,
+        )
+
+    def _stopped_report(self, item: Running, exc: JobStopped) -> Report:
+        """How an attempt that was stopped (timeout or cancel) is recorded."""
+        claimed, control = item.claimed, item.control
+        if isinstance(exc, JobTimedOut):
+            seconds = claimed.timeout or 0.0
+            if not exc.args:
+                exc = JobTimedOut(f"the attempt outlived its timeout of {seconds:g}s")
+            task = registry.get(claimed.task_name)
+            policy = self.backend.retry_policy(task, claimed.max_attempts)
+            # For retry_on / give_up_on, a timeout counts as a TimeoutError.
+            decision = policy.decide(TimeoutError(str(exc)), claimed.token)
+            return _failure(claimed, AttemptOutcome.TIMED_OUT, exc, decision, control)
+        if not exc.args:
+            grace = self.settings.CANCEL_GRACE_SECONDS
+            exc = JobCancelled(
+                f"the job was cancelled and did not stop within {grace:g}s; stopped by "
+                "force. The effect of the work done so far is unknown."
+            )
+        return _failure(claimed, AttemptOutcome.CANCELLED, exc, Decision(Verdict.GIVE_UP), control)
 
     def _running_result(self, task: Any, claimed: Claimed) -> JobResult:
         return JobResult(
@@ -416,7 +581,11 @@ def _is_result_error(exc: BaseException) -> bool:
 
 
 def _failure(
-    claimed: Claimed, outcome: AttemptOutcome, exc: BaseException, decision: Decision
+    claimed: Claimed,
+    outcome: AttemptOutcome,
+    exc: BaseException,
+    decision: Decision,
+    control: AttemptControl | None = None,
 ) -> Report:
     kind = type(exc)
     return Report(
@@ -428,6 +597,7 @@ def _failure(
         error_message=str(exc),
         traceback="".join(tb.format_exception(exc)),
         decision=decision,
+        progress=control.take_progress() if control is not None else None,
     )
 
 

@@ -98,3 +98,56 @@ def kill_own_worker_once(context: JobContext) -> int:
 @task
 async def async_add(a: int, b: int) -> int:
     return a + b
+
+
+@task(takes_context=True, max_attempts=1)
+def cooperative(context: JobContext, seconds: float) -> str:
+    """Checks for cancellation between small steps, as a well-behaved task does."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        context.raise_if_cancelled()
+        time.sleep(0.02)
+    return "finished"
+
+
+@task(max_attempts=1)
+def spins(seconds: float) -> str:
+    """Pure-Python busy work that never looks at cancellation."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return "finished"
+
+
+@task(max_attempts=1)
+def sleeps(seconds: float) -> str:
+    time.sleep(seconds)
+    return "finished"
+
+
+@task(timeout=1.0, max_attempts=1)
+def busy_forever() -> None:
+    while True:
+        pass
+
+
+@task(timeout=0.5, max_attempts=1)
+def blocked_past_timeout() -> None:
+    time.sleep(60)  # a blocking C call: the stop exception cannot land until it returns
+
+
+@task(max_attempts=10)
+def crashes_its_worker() -> None:
+    """Poison: every attempt takes the worker process down with it."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task(takes_context=True)
+def reports_progress(context: JobContext, steps: int) -> str:
+    for step in range(1, steps + 1):
+        context.set_progress(step, steps, f"step {step}")
+    try:
+        context.set_progress(1, steps)
+    except ValueError as exc:
+        return str(exc)
+    return "a decrease was accepted"

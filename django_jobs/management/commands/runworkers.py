@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Any
@@ -19,9 +20,9 @@ def _positive(value: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise CommandError(f"{value!r} is not a whole number.") from None
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
     if number < 1:
-        raise CommandError(f"{value} must be at least 1.")
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return number
 
 

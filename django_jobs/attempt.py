@@ -1,0 +1,105 @@
+"""The live side of one running attempt, shared by its task thread and the worker.
+
+The task reads cancellation and reports progress through its context; the
+worker's heartbeat writes progress (so a chatty task costs one write per
+heartbeat, not one per call) and sets the cancel flag when the job turns
+``cancelling``; the main loop stops the thread when its time is up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from multiprocessing.process import BaseProcess
+
+from .exceptions import JobCancelled, JobStopped
+from .transitions import Progress
+
+
+class AttemptControl:
+    def __init__(self, timeout: float | None) -> None:
+        self.started = time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
+        self.cancelled = threading.Event()
+        self.cancel_seen: float | None = None  # when the worker learned of the cancel
+        self.stop_sent: float | None = None  # when a stop exception was raised into the thread
+        self.stop_kind: type[JobStopped] | None = None
+        self.thread_id: int | None = None
+        self.child: BaseProcess | None = None  # an isolated attempt's process
+        self.finished = False  # the task returned or raised; nothing may be raised into it
+        self._lock = threading.Lock()
+        self._progress: Progress | None = None
+        self._dirty = False
+
+    # -- from the task thread ------------------------------------------------
+
+    def begin(self) -> None:
+        with self._lock:
+            self.thread_id = threading.get_ident()
+
+    def end(self) -> None:
+        with self._lock:
+            self.finished = True
+
+    def set_progress(self, done: int, total: int | None, message: str) -> None:
+        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+            raise ValueError(f"progress done must be a whole number >= 0, not {done!r}.")
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+            raise ValueError(f"progress total must be a whole number or None, not {total!r}.")
+        if total is not None and total < done:
+            raise ValueError(f"progress done ({done}) may not exceed total ({total}).")
+        if not isinstance(message, str):
+            raise ValueError("progress message must be a string.")
+        with self._lock:
+            if self._progress is not None and done < self._progress.done:
+                raise ValueError(
+                    f"progress may not go backwards within an attempt: {done} after "
+                    f"{self._progress.done}."
+                )
+            self._progress = Progress(done, total, message[:500])
+            self._dirty = True
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise JobCancelled("the job was cancelled; stopped cooperatively")
+
+    # -- from the worker -------------------------------------------------------
+
+    def take_progress(self) -> Progress | None:
+        """The progress not yet written, if any; it counts as written from now on."""
+        with self._lock:
+            if not self._dirty:
+                return None
+            self._dirty = False
+            return self._progress
+
+    def request_cancel(self) -> None:
+        if not self.cancelled.is_set():
+            self.cancel_seen = time.monotonic()
+            self.cancelled.set()
+
+    def adopt_child(self, process: BaseProcess) -> None:
+        with self._lock:
+            self.child = process
+
+    def stop(self, kind: type[JobStopped]) -> bool:
+        """Raise ``kind`` inside the task's thread; False if it already finished.
+
+        CPython delivers it at the thread's next bytecode: a busy loop stops at
+        once, a blocking C call (sleep, a socket read) only when it returns —
+        which is why the worker gives up on the thread after STOP_GRACE_SECONDS.
+        """
+        with self._lock:
+            if self.finished or self.thread_id is None or self.stop_sent is not None:
+                return False
+            self.stop_sent = time.monotonic()
+            self.stop_kind = kind
+            if self.child is not None:
+                # An isolated attempt has a process of its own: end it for real.
+                self.child.kill()
+                return True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.thread_id), ctypes.py_object(kind)
+            )
+            return True
