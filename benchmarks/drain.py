@@ -59,7 +59,7 @@ def queue_jobs(count: int) -> None:
     backend = task_backends["default"]
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE django_jobs_lease, django_jobs_attempt, django_jobs_job, django_jobs_worker"
+            "TRUNCATE django_jobs_job, django_jobs_worker, django_jobs_retrywindow CASCADE"
         )
     jobs = [
         new_job(

@@ -12,9 +12,13 @@ import ctypes
 import threading
 import time
 from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
 
 from .exceptions import JobCancelled, JobStopped
 from .transitions import Progress
+
+if TYPE_CHECKING:
+    from .results import JobResult
 
 
 class AttemptControl:
@@ -27,6 +31,7 @@ class AttemptControl:
         self.stop_kind: type[JobStopped] | None = None
         self.thread_id: int | None = None
         self.child: BaseProcess | None = None  # an isolated attempt's process
+        self.result: JobResult | None = None  # what task_started was sent with
         self.finished = False  # the task returned or raised; nothing may be raised into it
         self._lock = threading.Lock()
         self._progress: Progress | None = None
@@ -91,7 +96,8 @@ class AttemptControl:
         which is why the worker gives up on the thread after STOP_GRACE_SECONDS.
         """
         with self._lock:
-            if self.finished or self.thread_id is None or self.stop_sent is not None:
+            started = self.thread_id is not None or self.child is not None
+            if self.finished or not started or self.stop_sent is not None:
                 return False
             self.stop_sent = time.monotonic()
             self.stop_kind = kind
@@ -99,6 +105,7 @@ class AttemptControl:
                 # An isolated attempt has a process of its own: end it for real.
                 self.child.kill()
                 return True
+            assert self.thread_id is not None  # started, and not a child
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(self.thread_id), ctypes.py_object(kind)
             )

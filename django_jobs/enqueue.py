@@ -157,10 +157,11 @@ class DepthGauge:
     """Backpressure: refuse an enqueue that would grow a queue past its limit.
 
     Counting a queue costs an index scan of up to ``limit`` entries, so a
-    count well below the limit is trusted for one second, plus this process's
-    own enqueues since; near the limit (above half) every enqueue counts again.
-    Only other processes' enqueues within that second can overshoot the bound:
-    more than ``limit / 2`` of them would be needed.
+    count well below the limit is trusted for one second, plus the enqueues
+    made through this gauge since (Django builds one backend, so one gauge,
+    per thread); near the limit (above half) every enqueue counts again. Only
+    other threads' and processes' enqueues within that second can overshoot
+    the bound: more than ``limit / 2`` of them would be needed.
     """
 
     TRUST_SECONDS = 1.0

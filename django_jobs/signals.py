@@ -60,6 +60,11 @@ BY_TRANSITION: dict[Transition, Signal] = {
 }
 
 
+def signal_listeners(transition: Transition) -> bool:
+    """Whether anyone listens for this transition (signals cost the hot path otherwise)."""
+    return BY_TRANSITION[transition].has_listeners() or job_transitioned.has_listeners()
+
+
 def send_on_commit(
     db: str,
     job_id: uuid.UUID,
@@ -70,9 +75,9 @@ def send_on_commit(
     note: str = "",
 ) -> None:
     """Queue both signals for after the current transaction commits (if anyone listens)."""
-    specific = BY_TRANSITION[transition]
-    if not (specific.has_listeners() or job_transitioned.has_listeners()):
+    if not signal_listeners(transition):
         return
+    specific = BY_TRANSITION[transition]
     from .models import Job
 
     kwargs = {

@@ -24,6 +24,7 @@ Guarantees and limits, honestly:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -33,15 +34,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
+from . import pgsql
 from .exceptions import InvalidTransitionError, JobNotFoundError
 from .models import Attempt, Job, JobEvent, Lease, RetryWindow, Worker
 from .retry import Decision, Verdict
-from .signals import send_on_commit
+from .signals import send_on_commit, signal_listeners
 from .states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition, allowed
 from .wakeup import wake_on_commit
 
@@ -150,6 +153,8 @@ def claim(
     """
     if limit < 1:
         return []
+    if connections[db].vendor == "postgresql":
+        return _claim_postgresql(db, worker, queues, limit, lease_seconds)
     with transaction.atomic(using=db):
         rows = list(
             Job.objects.using(db)
@@ -216,6 +221,8 @@ def claim(
             )
             for r, a in zip(rows, attempts, strict=True)
         )
+        for r in rows:
+            send_on_commit(db, r.id, Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)
     return [
         Claimed(
             job_id=r.id,
@@ -238,6 +245,56 @@ def claim(
         )
         for r, a in zip(rows, attempts, strict=True)
     ]
+
+
+def _claim_postgresql(
+    db: str,
+    worker: WorkerIdentity,
+    queues: Sequence[str],
+    limit: int,
+    lease_seconds: float,
+) -> list[Claimed]:
+    """The same claim in one statement (pgsql.CLAIM): one round trip per batch."""
+    params: dict[str, Any] = {
+        "queues": list(queues),
+        "limit": limit,
+        "worker_id": worker.id,
+        "worker_name": worker.name,
+        "lease_seconds": lease_seconds,
+    }
+    with transaction.atomic(using=db), connections[db].cursor() as cursor:
+        cursor.execute(pgsql.CLAIM, params)
+        rows = cursor.fetchall()
+        if signal_listeners(Transition.CLAIM):
+            for row in rows:
+                send_on_commit(db, row[0], Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)
+    return [
+        Claimed(
+            job_id=row[0],
+            attempt_id=row[1],
+            token=row[2],
+            task_name=row[3],
+            args=_json(row[4]),
+            kwargs=_json(row[5]),
+            queue=row[6],
+            priority=row[7],
+            max_attempts=row[8],
+            timeout=row[9],
+            tenant=row[10],
+            idempotency_key=row[11],
+            backend=row[12],
+            enqueued_at=row[13],
+            started_at=row[14],
+            lease_expires_at=row[15],
+            suspect=row[16] > 0,
+        )
+        for row in rows
+    ]
+
+
+def _json(value: Any) -> Any:
+    """JSON columns come back decoded or as text, depending on the cursor's loaders."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 # ---------------------------------------------------------------------------
@@ -324,14 +381,23 @@ def finish(
     done = Finished()
     if not reports:
         return done
+    fast = [r for r in reports if _fast_success(db, r)]
+    if fast:
+        applied = _complete_postgresql(db, worker_id, fast)
+        done.applied.extend((r, JobState.SUCCEEDED) for r in fast if _key(r) in applied)
+        reports = [r for r in reports if _key(r) not in applied]
+        if not reports:
+            return done
     now = timezone.now()
     with transaction.atomic(using=db):
         # Lock the leases we claim to hold: the reaper locks them the same way
         # (SKIP LOCKED), so it either reaps before us or skips while we finish.
         held = {
             (lease.job_id, lease.token): lease
+            # The job rows too: an operator's cancel locks the job, so it either
+            # lands before we read the state or waits until we have written.
             for lease in Lease.objects.using(db)
-            .select_for_update(of=("self",))
+            .select_for_update(of=("self", "job"))
             .select_related("job")
             .only("job_id", "token", "job__state", "job__queue")
             .filter(worker_id=worker_id, job_id__in=[r.job_id for r in reports])
@@ -398,6 +464,50 @@ def finish(
                 jobs_done=F("jobs_done") + len(done.applied)
             )
     return done
+
+
+def _fast_success(db: str, report: Report) -> bool:
+    """Whether one statement (pgsql.COMPLETE) can apply this report."""
+    return (
+        report.outcome == AttemptOutcome.SUCCEEDED
+        and report.progress is None
+        and connections[db].vendor == "postgresql"
+        and not signal_listeners(Transition.COMPLETE)
+    )
+
+
+def _key(report: Report) -> tuple[uuid.UUID, int]:
+    return (report.job_id, report.token)
+
+
+def _complete_postgresql(
+    db: str, worker_id: uuid.UUID, reports: Sequence[Report]
+) -> set[tuple[uuid.UUID, int]]:
+    """Apply successes in one round trip; return the (job, token) pairs it applied.
+
+    The rest go to the general path: stale reports (no lease), and, should a
+    leased job be in a state that takes no success, the whole batch — rolled
+    back here so the general path can record each case precisely.
+    """
+    params: dict[str, Any] = {
+        "job_ids": [r.job_id for r in reports],
+        "tokens": [r.token for r in reports],
+        "results": [Jsonb(r.result) for r in reports],
+        "worker_id": worker_id,
+    }
+    try:
+        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+            cursor.execute(pgsql.COMPLETE, params)
+            rows = cursor.fetchall()
+            if not all(updated for _, _, updated in rows):
+                raise _Inconsistent
+    except _Inconsistent:
+        return set()
+    return {(job_id, token) for job_id, token, _ in rows}
+
+
+class _Inconsistent(Exception):
+    """Rolls back a fast-path batch that the general path must handle."""
 
 
 def _retry_at(

@@ -20,6 +20,7 @@ attempt, not applied.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -38,7 +39,9 @@ from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections
 from django.tasks import task_backends
+from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
 
 from . import registry, transitions
 from .attempt import AttemptControl
@@ -230,9 +233,17 @@ class Worker:
         with self.running_lock:
             controls = [r.control for r in self.running.values()]
         for control in controls:
-            for moment in (control.deadline, control.cancel_seen, control.stop_sent):
-                if moment is not None:
-                    wait = min(wait, max(0.05, moment + self.settings.STOP_GRACE_SECONDS - now))
+            # The next moment _police must act on: a timeout, the end of a cancel's
+            # grace, or the end of a stop's grace.
+            if control.stop_sent is not None:
+                moment = control.stop_sent + self.settings.STOP_GRACE_SECONDS
+            elif control.cancel_seen is not None:
+                moment = control.cancel_seen + self.settings.CANCEL_GRACE_SECONDS
+            elif control.deadline is not None:
+                moment = control.deadline
+            else:
+                continue
+            wait = min(wait, max(0.01, moment - now))
         return wait
 
     # -- timeouts and forced cancellation --------------------------------------
@@ -339,10 +350,14 @@ class Worker:
             self._db_fault("report", exc)
             return
         batch, self.unsent = self.unsent, []
+        ended: dict[tuple[uuid.UUID, int], Running] = {}
         with self.running_lock:
             for report in batch:
-                self.running.pop((report.job_id, report.token), None)
-                self.reporting.discard((report.job_id, report.token))
+                key = (report.job_id, report.token)
+                item = self.running.pop(key, None)
+                if item is not None:
+                    ended[key] = item
+                self.reporting.discard(key)
         self.jobs_done += len(batch)
         for report in done.stale:
             logger.warning(
@@ -356,7 +371,9 @@ class Worker:
             if state is JobState.QUEUED and report.decision is not None:
                 due = time.monotonic() + report.decision.delay
                 self.next_due = min(due, self.next_due or due)
-            self._send_finished(report)
+            item = ended.get((report.job_id, report.token))
+            if item is not None:
+                self._send_finished(report, state, item)
 
     def _release_all(self, reason: str) -> None:
         released = self._retry_db(
@@ -455,6 +472,7 @@ class Worker:
             )
             return _failure(claimed, AttemptOutcome.FAILED, error, Decision(Verdict.GIVE_UP))
         result = self._running_result(task, claimed)
+        control.result = result
         task_started.send(type(self.backend), task_result=result)
         try:
             control.begin()
@@ -565,14 +583,29 @@ class Worker:
             last_error="",
         )
 
-    def _send_finished(self, report: Report) -> None:
-        if not task_finished.has_listeners(type(self.backend)):
+    def _send_finished(self, report: Report, state: JobState, item: Running) -> None:
+        """Django's task_finished, from what this worker knows: no extra query per job.
+
+        ``errors`` holds this attempt's error only; ``get_result()`` has them all.
+        """
+        started = item.control.result
+        if started is None or not task_finished.has_listeners(type(self.backend)):
             return
-        try:
-            result = self.backend.get_result(str(report.job_id))
-        except Exception:
-            logger.exception("Could not load job %s for task_finished", report.job_id)
-            return
+        errors = []
+        if report.error_type:
+            errors.append(
+                TaskError(exception_class_path=report.error_type, traceback=report.traceback)
+            )
+        result = dataclasses.replace(
+            started,
+            status=django_status(state),
+            state=state,
+            finished_at=timezone.now(),
+            errors=errors,
+            last_error=report.error_message,
+        )
+        if state is JobState.SUCCEEDED:
+            object.__setattr__(result, "_return_value", report.result)
         task_finished.send(type(self.backend), task_result=result)
 
 

@@ -128,3 +128,10 @@ def test_worker__gives_tasks_a_key_stable_across_attempts(pg: None, run_burst: B
     tasks.record.using(idempotency_key="order-7").enqueue()
     run_burst()
     assert set(Ledger.objects.values_list("job_key", flat=True)) == {plain.id, "order-7"}
+
+
+def test_worker__stores_a_json_object_result(pg: None, run_burst: Burst) -> None:
+    result = tasks.summary.enqueue("A-1")
+    run_burst()
+    result.refresh()
+    assert result.return_value == {"order": "A-1", "lines": [1, 2, 3], "paid": True}

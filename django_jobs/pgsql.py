@@ -1,0 +1,112 @@
+"""The hot statements, written out for PostgreSQL: one round trip each.
+
+``transitions.py`` runs these on PostgreSQL and the equivalent ORM code on
+SQLite; the tests run both. Each keeps the guards of the ORM version (state,
+lease token, worker) — only the number of round trips changes.
+"""
+
+from __future__ import annotations
+
+from .states import TRANSITIONS, JobState, Transition
+
+
+def _states(transition: Transition) -> str:
+    return ", ".join(f"'{s}'" for s in sorted(TRANSITIONS[transition].sources))
+
+
+# The claim. The CTE is there on purpose: a plain ``UPDATE ... WHERE id IN
+# (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` lets the planner run the
+# subquery more than once and update more rows than the limit. Locking in a
+# CTE evaluates it exactly once. The WHERE/ORDER BY match the partial index
+# django_jobs_claim_idx (queue, priority DESC, run_after) WHERE state='queued'.
+# now() is the transaction's start, the same instant for every row and lease.
+CLAIM = f"""
+WITH picked AS (
+    SELECT id
+    FROM django_jobs_job
+    WHERE state = '{JobState.QUEUED}'
+      AND queue = ANY(%(queues)s)
+      AND run_after <= now()
+      AND (expires_at IS NULL OR expires_at > now())
+    ORDER BY priority DESC, run_after
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE django_jobs_job AS job
+    SET state = '{TRANSITIONS[Transition.CLAIM].target}',
+        attempts = job.attempts + 1,
+        started_at = COALESCE(job.started_at, now()),
+        updated_at = now()
+    FROM picked
+    WHERE job.id = picked.id AND job.state IN ({_states(Transition.CLAIM)})
+    RETURNING job.id, job.attempts, job.task_name, job.args, job.kwargs, job.queue,
+              job.priority, job.max_attempts, job.timeout, job.tenant,
+              job.idempotency_key, job.backend, job.enqueued_at, job.started_at,
+              job.lost_streak, job.run_after
+), attempt AS (
+    INSERT INTO django_jobs_attempt
+        (job_id, number, worker_id, worker_name, outcome, started_at,
+         error_type, error_message, traceback)
+    SELECT id, attempts, %(worker_id)s, %(worker_name)s, 'running', now(), '', '', ''
+    FROM claimed
+    RETURNING id, job_id
+), lease AS (
+    INSERT INTO django_jobs_lease
+        (job_id, attempt_id, token, worker_id, acquired_at, renewed_at, expires_at)
+    SELECT claimed.id, attempt.id, claimed.attempts, %(worker_id)s, now(), now(),
+           now() + make_interval(secs => %(lease_seconds)s)
+    FROM claimed JOIN attempt ON attempt.job_id = claimed.id
+    RETURNING job_id, expires_at
+)
+SELECT claimed.id, attempt.id, claimed.attempts, claimed.task_name, claimed.args,
+       claimed.kwargs, claimed.queue, claimed.priority, claimed.max_attempts,
+       claimed.timeout, claimed.tenant, claimed.idempotency_key, claimed.backend,
+       claimed.enqueued_at, claimed.started_at, lease.expires_at, claimed.lost_streak
+FROM claimed
+JOIN attempt ON attempt.job_id = claimed.id
+JOIN lease ON lease.job_id = claimed.id
+ORDER BY claimed.priority DESC, claimed.run_after
+"""
+
+# Success, for a batch: end the leases this worker still holds under these
+# tokens, and only for those, mark the job succeeded and the attempt too.
+# Reports whose lease is gone are absent from the result: they are stale.
+COMPLETE = f"""
+WITH report AS (
+    SELECT * FROM unnest(%(job_ids)s::uuid[], %(tokens)s::integer[], %(results)s::jsonb[])
+        AS r(job_id, token, result)
+), ended AS (
+    DELETE FROM django_jobs_lease AS lease
+    USING report
+    WHERE lease.job_id = report.job_id
+      AND lease.token = report.token
+      AND lease.worker_id = %(worker_id)s
+    RETURNING lease.job_id, lease.attempt_id, lease.token
+), job AS (
+    UPDATE django_jobs_job AS job
+    SET state = '{TRANSITIONS[Transition.COMPLETE].target}',
+        result = report.result,
+        finished_at = now(),
+        updated_at = now(),
+        last_error = '',
+        lost_streak = 0
+    FROM ended JOIN report ON report.job_id = ended.job_id
+    WHERE job.id = ended.job_id
+      AND job.attempts = ended.token
+      AND job.state IN ({_states(Transition.COMPLETE)})
+    RETURNING job.id
+), attempt AS (
+    UPDATE django_jobs_attempt AS attempt
+    SET outcome = 'succeeded', finished_at = now()
+    FROM ended
+    WHERE attempt.id = ended.attempt_id AND attempt.outcome = 'running'
+    RETURNING attempt.id
+), worker AS (
+    UPDATE django_jobs_worker
+    SET jobs_done = jobs_done + (SELECT count(*) FROM job)
+    WHERE id = %(worker_id)s
+    RETURNING id
+)
+SELECT ended.job_id, ended.token, job.id IS NOT NULL
+FROM ended LEFT JOIN job ON job.id = ended.job_id
+"""
