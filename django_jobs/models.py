@@ -89,6 +89,20 @@ class Job(models.Model):
                 name="django_jobs_leased_idx",
             ),
             models.Index(fields=["finished_at"], name="django_jobs_finished_idx"),
+            # The admin's and the API's lists: newest first, whole and by state or tenant.
+            models.Index(fields=["-enqueued_at", "-id"], name="django_jobs_recent_idx"),
+            models.Index(
+                fields=["state", "-enqueued_at", "-id"], name="django_jobs_state_recent_idx"
+            ),
+            models.Index(
+                fields=["tenant", "-enqueued_at", "-id"], name="django_jobs_tenant_recent_idx"
+            ),
+            # Search by idempotency key alone (the unique constraint leads with the scope).
+            models.Index(
+                fields=["idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="django_jobs_idem_key_idx",
+            ),
             # The deadline sweep: queued jobs that carry a deadline.
             models.Index(
                 fields=["expires_at"],

@@ -1,0 +1,233 @@
+"""The operator verbs in the admin: bulk actions on the list, buttons on the job page.
+
+Both paths end in ``django_jobs.control`` with ``actor=request.user`` — the
+admin never writes a job row itself, so a click races a worker (or another
+operator) exactly as safely as the CLI or the API does: one side wins the
+compare-and-set, the other is told why it was refused.
+
+Each verb needs its own permission (``django_jobs.retry_job`` …), checked by
+Django for the bulk actions and by ``verb_view`` for the buttons; a user
+without it is not offered the action at all. Quarantine and discard need a
+reason, asked for on a confirmation page before anything changes.
+
+A bulk action takes at most ``BULK_LIMIT`` jobs, each verb in its own short
+transaction: a web request is the wrong place to walk a million rows ("select
+all" on a broad filter); ``manage.py jobs`` is the right one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+from django_stubs_ext import StrOrPromise
+
+from .. import control
+from ..exceptions import InvalidTransitionError, JobNotFoundError
+from ..models import Job
+from ..states import TRANSITIONS, VERBS, JobState, allowed
+
+if TYPE_CHECKING:
+    from .jobs import JobAdmin
+
+BULK_LIMIT = 1000
+# How many refusal reasons one message lists before it summarises the rest.
+REASONS_SHOWN = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Verb:
+    name: str
+    label: StrOrPromise
+    done: str  # past participle for messages: "retried"
+    help: StrOrPromise
+
+    @property
+    def needs_note(self) -> bool:
+        return self.name in control.NOTE_REQUIRED
+
+    @property
+    def permission(self) -> str:
+        return f"django_jobs.{self.name}_job"
+
+    def applies_to(self, state: str) -> bool:
+        return any(allowed(t, state) for t in VERBS[self.name])
+
+    def source_states(self) -> list[JobState]:
+        states = {s for t in VERBS[self.name] for s in TRANSITIONS[t].sources}
+        return [s for s in JobState if s in states]
+
+
+_L = gettext_lazy
+ADMIN_VERBS: dict[str, Verb] = {
+    verb.name: verb
+    for verb in (
+        Verb("retry", _L("Retry"), "retried", _L("Queue it again with a fresh attempt budget.")),
+        Verb("cancel", _L("Cancel"), "cancelled", _L("Cancel now, or ask a running job to stop.")),
+        Verb("quarantine", _L("Quarantine"), "quarantined", _L("Hold it until released.")),
+        Verb("release", _L("Release"), "released", _L("Queue a quarantined job again.")),
+        Verb("discard", _L("Discard"), "discarded", _L("Accept the loss: it will not run.")),
+    )
+}
+assert set(ADMIN_VERBS) == set(VERBS), "every operator verb has its admin action"
+
+
+def user_verbs(request: HttpRequest) -> list[Verb]:
+    """The verbs this user holds the permission for, in display order."""
+    return [verb for verb in ADMIN_VERBS.values() if request.user.has_perm(verb.permission)]
+
+
+def report(request: HttpRequest, verb: Verb, result: control.BulkResult) -> None:
+    """One message for what changed, one for what was refused and why."""
+    if result.changed:
+        messages.success(
+            request,
+            ngettext("%(count)d job %(done)s.", "%(count)d jobs %(done)s.", len(result.changed))
+            % {"count": len(result.changed), "done": verb.done},
+        )
+    if result.refused:
+        reasons = [f"{reason}" for reason in list(result.refused.values())[:REASONS_SHOWN]]
+        more = len(result.refused) - len(reasons)
+        if more:
+            reasons.append(_("… and %(count)d more.") % {"count": more})
+        messages.warning(
+            request,
+            ngettext(
+                "%(count)d job refused: %(reasons)s",
+                "%(count)d jobs refused: %(reasons)s",
+                len(result.refused),
+            )
+            % {"count": len(result.refused), "reasons": " ".join(reasons)},
+        )
+    if not result.changed and not result.refused:
+        messages.info(request, _("No job was selected."))
+
+
+def _confirm(
+    request: HttpRequest,
+    model_admin: JobAdmin,
+    verb: Verb,
+    jobs: Sequence[Job],
+    *,
+    bulk: bool,
+    error: str = "",
+    note: str = "",
+) -> TemplateResponse:
+    """The page that asks for a reason before a quarantine or a discard."""
+    opts = model_admin.model._meta
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("%(verb)s %(count)d job(s)?") % {"verb": verb.label, "count": len(jobs)},
+        "subtitle": None,
+        "opts": opts,
+        "verb": verb,
+        "jobs": jobs[:100],
+        "more": max(0, len(jobs) - 100),
+        "bulk": bulk,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "action_name": f"{verb.name}_jobs",
+        "error": error,
+        "note": note,
+        "changelist_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"),
+        "media": model_admin.media,
+    }
+    return TemplateResponse(request, "django_jobs/admin/job/confirm.html", context)
+
+
+def _bulk(
+    verb: Verb,
+) -> Callable[[JobAdmin, HttpRequest, QuerySet[Job]], HttpResponse | None]:
+    def action(
+        model_admin: JobAdmin, request: HttpRequest, queryset: QuerySet[Job]
+    ) -> HttpResponse | None:
+        ids = list(queryset.order_by().values_list("id", flat=True)[: BULK_LIMIT + 1])
+        if len(ids) > BULK_LIMIT:
+            messages.error(
+                request,
+                _(
+                    "%(verb)s takes at most %(limit)d jobs at a time; narrow the filter, "
+                    "or use manage.py jobs for more."
+                )
+                % {"verb": verb.label, "limit": BULK_LIMIT},
+            )
+            return None
+        note = request.POST.get("note", "").strip()
+        if verb.needs_note and "confirm" not in request.POST:
+            jobs = list(Job.objects.filter(id__in=ids).only("id", "task_name", "state"))
+            return _confirm(request, model_admin, verb, jobs, bulk=True)
+        if verb.needs_note and not note:
+            jobs = list(Job.objects.filter(id__in=ids).only("id", "task_name", "state"))
+            return _confirm(
+                request,
+                model_admin,
+                verb,
+                jobs,
+                bulk=True,
+                error=_("Say why: a reason is required."),
+            )
+        report(request, verb, control.apply_many(verb.name, ids, actor=request.user, note=note))
+        return None
+
+    action.__name__ = f"{verb.name}_jobs"
+    description = format_lazy(_L("{} selected jobs"), verb.label)
+    return admin.action(permissions=[verb.name], description=description)(action)
+
+
+BULK_ACTIONS = [_bulk(verb) for verb in ADMIN_VERBS.values()]
+
+
+def verb_view(
+    model_admin: JobAdmin, request: HttpRequest, object_id: uuid.UUID, verb_name: str
+) -> HttpResponse:
+    """A button on the job page: GET shows the confirmation, POST acts."""
+    verb = ADMIN_VERBS.get(verb_name)
+    if verb is None:
+        raise Http404(f"No verb {verb_name!r}.")
+    if not request.user.has_perm(verb.permission):
+        raise PermissionDenied
+    job = Job.objects.only("id", "task_name", "state").filter(id=object_id).first()
+    if job is None:
+        raise Http404(f"No job {object_id}.")
+    change_url = reverse("admin:django_jobs_job_change", args=[job.pk])
+    if request.method != "POST":
+        return _confirm(request, model_admin, verb, [job], bulk=False)
+    note = request.POST.get("note", "").strip()
+    if verb.needs_note and not note:
+        return _confirm(
+            request, model_admin, verb, [job], bulk=False, error=_("Say why: a reason is required.")
+        )
+    try:
+        transition = control.apply(verb.name, job.pk, actor=request.user, note=note)
+    except (InvalidTransitionError, JobNotFoundError) as exc:
+        messages.warning(request, _("Refused: %(reason)s") % {"reason": exc})
+    else:
+        target = TRANSITIONS[transition].target
+        messages.success(
+            request,
+            _("Job %(done)s: it is now %(state)s.") % {"done": verb.done, "state": target.label},
+        )
+    return HttpResponseRedirect(change_url)
+
+
+def job_buttons(request: HttpRequest, job: Job) -> list[dict[str, Any]]:
+    """The verbs this user may apply to this job in its current state."""
+    return [
+        {
+            "verb": verb,
+            "url": reverse("admin:django_jobs_job_verb", args=[job.pk, verb.name]),
+        }
+        for verb in user_verbs(request)
+        if verb.applies_to(job.state)
+    ]

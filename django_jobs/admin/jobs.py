@@ -1,0 +1,456 @@
+"""The job list and the job page: where an operator finds what went wrong.
+
+Job rows are history and evidence, so the admin never adds, edits or deletes
+them: every change goes through an operator verb (``actions.py``), which is
+guarded and audited. Removing old jobs is ``manage.py jobs prune``'s work.
+
+The list is built to stay fast on millions of rows: every column comes from
+the job row itself (no join, no per-row query), the count is estimated or
+capped (``pagination.py``), filters list their choices without scanning the
+table (``filters.py``), search is by exact id, idempotency key or tenant, and
+sorting is offered only on the enqueue time, which the default ordering uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from ..models import Attempt, Job, JobEvent
+from ..states import AttemptOutcome, JobState
+from . import actions, dashboard
+from .filters import QueueFilter, StateFilter, TaskFilter, TenantFilter
+from .pagination import EstimatedCountPaginator
+
+EMPTY = "—"
+
+
+def state_badge(state: str) -> SafeString:
+    """A coloured label, so a failed job stands out in a page of succeeded ones."""
+    label = JobState(state).label if state in JobState.values else state
+    return format_html('<span class="dj-badge dj-state-{}">{}</span>', state, label)
+
+
+def outcome_badge(outcome: str) -> SafeString:
+    label = AttemptOutcome(outcome).label if outcome in AttemptOutcome.values else outcome
+    return format_html('<span class="dj-badge dj-outcome-{}">{}</span>', outcome, label)
+
+
+def pretty_json(value: Any) -> SafeString:
+    if value is None:
+        return format_html("{}", EMPTY)
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return format_html('<pre class="dj-json">{}</pre>', text)
+
+
+def duration_text(value: timedelta | None) -> str:
+    if value is None:
+        return EMPTY
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def progress_text(job: Job) -> str:
+    if job.progress_done is None:
+        return ""
+    text = f"{job.progress_done}"
+    if job.progress_total:
+        percent = min(100.0, 100.0 * job.progress_done / job.progress_total)
+        text = f"{job.progress_done}/{job.progress_total} ({percent:.0f}%)"
+    if job.progress_message:
+        text = f"{text} {job.progress_message}"
+    return text
+
+
+class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
+    """History shown on the job page: visible to whoever may view the job, never editable."""
+
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The job's view permission is enough: attempts and events are part of the job.
+        return request.user.has_perm("django_jobs.view_job")
+
+
+class AttemptInline(ReadOnlyInline):
+    model = Attempt
+    verbose_name_plural = gettext_lazy("attempts")
+    fields = readonly_fields = (
+        "number",
+        "outcome_badge",
+        "worker",
+        "started_at",
+        "duration",
+        "error",
+        "traceback_text",
+        "late_report_json",
+    )
+    ordering = ("number",)
+
+    @admin.display(description=gettext_lazy("outcome"))
+    def outcome_badge(self, attempt: Attempt) -> SafeString:
+        return outcome_badge(attempt.outcome)
+
+    @admin.display(description=gettext_lazy("worker"))
+    def worker(self, attempt: Attempt) -> SafeString | str:
+        if attempt.worker_id is None:
+            return attempt.worker_name or EMPTY
+        url = reverse("admin:django_jobs_worker_change", args=[attempt.worker_id])
+        return format_html('<a href="{}">{}</a>', url, attempt.worker_name or attempt.worker_id)
+
+    @admin.display(description=gettext_lazy("duration"))
+    def duration(self, attempt: Attempt) -> str:
+        return duration_text(attempt.duration)
+
+    @admin.display(description=gettext_lazy("error"))
+    def error(self, attempt: Attempt) -> str:
+        if not attempt.error_type and not attempt.error_message:
+            return EMPTY
+        return f"{attempt.error_type}: {attempt.error_message}".strip(": ")
+
+    @admin.display(description=gettext_lazy("traceback"))
+    def traceback_text(self, attempt: Attempt) -> SafeString | str:
+        if not attempt.traceback:
+            return EMPTY
+        return format_html(
+            '<details class="dj-traceback"><summary>{}</summary><pre>{}</pre></details>',
+            _("show"),
+            attempt.traceback,
+        )
+
+    @admin.display(description=gettext_lazy("late report"))
+    def late_report_json(self, attempt: Attempt) -> SafeString | str:
+        return EMPTY if attempt.late_report is None else pretty_json(attempt.late_report)
+
+
+class JobEventInline(ReadOnlyInline):
+    model = JobEvent
+    verbose_name_plural = gettext_lazy("audit trail")
+    fields = readonly_fields = ("at", "transition", "change", "actor", "note")
+    ordering = ("at", "id")
+
+    @admin.display(description=gettext_lazy("change"))
+    def change(self, event: JobEvent) -> SafeString:
+        return format_html("{} → {}", state_badge(event.from_state), state_badge(event.to_state))
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = (
+        "short_id",
+        "state_badge",
+        "task",
+        "queue",
+        "tenant",
+        "attempts_used",
+        "progress",
+        "when",
+        "error_short",
+    )
+    list_display_links = ("short_id",)
+    list_filter = (
+        StateFilter,
+        QueueFilter,
+        TaskFilter,
+        TenantFilter,
+        ("enqueued_at", admin.DateFieldListFilter),
+    )
+    search_fields = ("id", "idempotency_key", "tenant")  # exact matches: get_search_results
+    search_help_text = gettext_lazy("An exact job id, idempotency key or tenant.")
+    # Sorting on any other column would sort the whole table for one page.
+    sortable_by = ("when",)
+    list_per_page = 100
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    # Facet counts are one COUNT per filter choice over the table: never on a big one.
+    show_facets = admin.ShowFacets.NEVER
+    actions = actions.BULK_ACTIONS
+    inlines = (AttemptInline, JobEventInline)
+    change_list_template = "django_jobs/admin/job/change_list.html"
+    change_form_template = "django_jobs/admin/job/change_form.html"
+    fieldsets = (
+        (None, {"fields": ("id", "state_badge", "task_name", "task_version", "queue", "priority")}),
+        (
+            gettext_lazy("Identity"),
+            {
+                "fields": (
+                    "tenant",
+                    "initiator",
+                    "idempotency_key",
+                    "dedup_scope",
+                    "concurrency_key",
+                    "backend",
+                )
+            },
+        ),
+        (
+            gettext_lazy("Attempts and lease"),
+            {
+                "fields": (
+                    "attempts",
+                    "max_attempts",
+                    "attempt_budget",
+                    "timeout",
+                    "lease_info",
+                    "progress_info",
+                )
+            },
+        ),
+        (
+            gettext_lazy("Times"),
+            {
+                "fields": (
+                    "enqueued_at",
+                    "run_after",
+                    "expires_at",
+                    "started_at",
+                    "finished_at",
+                    "cancel_requested_at",
+                    "updated_at",
+                )
+            },
+        ),
+        (
+            gettext_lazy("Payload and result"),
+            {"fields": ("args_json", "kwargs_json", "result_json", "last_error_text")},
+        ),
+    )
+    readonly_fields = tuple(flatten_fieldsets(fieldsets))
+
+    class Media:
+        css = {"all": ("django_jobs/admin.css",)}
+
+    # -- read-only ------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    # One has_<verb>_permission per operator verb, which Django's actions consult.
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_jobs.retry_job")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_jobs.cancel_job")
+
+    def has_quarantine_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_jobs.quarantine_job")
+
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_jobs.release_job")
+
+    def has_discard_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_jobs.discard_job")
+
+    # -- list -----------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        # The list never shows the payload or the result: do not fetch them.
+        return super().get_queryset(request).defer("args", "kwargs", "result")
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        """Exact matches only: a substring search would scan every row of a big table."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(idempotency_key=term) | Q(tenant=term)
+        with contextlib.suppress(ValueError):
+            match |= Q(id=uuid.UUID(term))
+        return queryset.filter(match), False
+
+    @admin.display(description=gettext_lazy("job"))
+    def short_id(self, job: Job) -> str:
+        return str(job.id)[:8]
+
+    @admin.display(description=gettext_lazy("state"))
+    def state_badge(self, job: Job) -> SafeString:
+        return state_badge(job.state)
+
+    @admin.display(description=gettext_lazy("task"))
+    def task(self, job: Job) -> SafeString:
+        return format_html(
+            '<span title="{}">{}</span>', job.task_name, job.task_name.split(".")[-1]
+        )
+
+    @admin.display(description=gettext_lazy("attempts"))
+    def attempts_used(self, job: Job) -> str:
+        return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description=gettext_lazy("progress"))
+    def progress(self, job: Job) -> str:
+        return Truncator(progress_text(job)).chars(24) or EMPTY
+
+    @admin.display(description=gettext_lazy("age / next run"), ordering="enqueued_at")
+    def when(self, job: Job) -> SafeString:
+        now = timezone.now()
+        if job.state == JobState.QUEUED and job.run_after > now:
+            return format_html(
+                '<span title="{}">{}</span>',
+                job.run_after,
+                _("runs in %s") % timeuntil(job.run_after, now),
+            )
+        return format_html(
+            '<span title="{}">{}</span>',
+            job.enqueued_at,
+            _("%s ago") % timesince(job.enqueued_at, now),
+        )
+
+    @admin.display(description=gettext_lazy("last error"))
+    def error_short(self, job: Job) -> SafeString | str:
+        if not job.last_error:
+            return EMPTY
+        first_line = job.last_error.strip().splitlines()[-1] if job.last_error.strip() else ""
+        return format_html(
+            '<span title="{}">{}</span>', job.last_error, Truncator(first_line).chars(48)
+        )
+
+    # -- job page ---------------------------------------------------------------
+
+    @admin.display(description=gettext_lazy("arguments"))
+    def args_json(self, job: Job) -> SafeString:
+        return pretty_json(job.args)
+
+    @admin.display(description=gettext_lazy("keyword arguments"))
+    def kwargs_json(self, job: Job) -> SafeString:
+        return pretty_json(job.kwargs)
+
+    @admin.display(description=gettext_lazy("result"))
+    def result_json(self, job: Job) -> SafeString:
+        return pretty_json(job.result)
+
+    @admin.display(description=gettext_lazy("last error"))
+    def last_error_text(self, job: Job) -> SafeString | str:
+        if not job.last_error:
+            return EMPTY
+        return format_html('<pre class="dj-error">{}</pre>', job.last_error)
+
+    @admin.display(description=gettext_lazy("progress"))
+    def progress_info(self, job: Job) -> SafeString | str:
+        if job.progress_done is None:
+            return EMPTY
+        bar = ""
+        if job.progress_total:
+            bar = format_html(
+                '<progress value="{}" max="{}"></progress> ',
+                job.progress_done,
+                job.progress_total,
+            )
+        return format_html(
+            "{}{} <span class='quiet'>{}</span>",
+            bar,
+            progress_text(job),
+            _("(attempt %(n)s, %(at)s)") % {"n": job.progress_attempt, "at": job.progress_at},
+        )
+
+    @admin.display(description=gettext_lazy("lease"))
+    def lease_info(self, job: Job) -> SafeString | str:
+        lease = getattr(job, "lease", None)
+        if lease is None:
+            return _("none: no attempt is running")
+        now = timezone.now()
+        worker_url = reverse("admin:django_jobs_worker_change", args=[lease.worker_id])
+        if lease.expires_at <= now:
+            expiry = _("expired %s ago: the reaper will take it back") % timesince(
+                lease.expires_at, now
+            )
+        else:
+            expiry = _("expires in %s") % timeuntil(lease.expires_at, now)
+        return format_html(
+            '{} <a href="{}">{}</a>, {} {}, {} {}; <span class="{}">{}</span>',
+            _("token %(t)s held by worker") % {"t": lease.token},
+            worker_url,
+            str(lease.worker_id)[:8],
+            _("acquired"),
+            lease.acquired_at,
+            _("renewed"),
+            lease.renewed_at,
+            "dj-stale" if lease.expires_at <= now else "",
+            expiry,
+        )
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        try:
+            uuid.UUID(str(object_id))
+        except ValueError:
+            return None
+        return (
+            self.get_queryset(request)
+            .defer(None)
+            .select_related("lease")
+            .filter(pk=object_id)
+            .first()
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        job = self.get_object(request, object_id)
+        extra_context = {
+            **(extra_context or {}),
+            "verb_buttons": actions.job_buttons(request, job) if job is not None else [],
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # -- extra pages --------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("dashboard/", wrap(self.dashboard_view), name="django_jobs_dashboard"),
+            path(
+                "<uuid:object_id>/do/<slug:verb_name>/",
+                wrap(self.verb_view),
+                name="django_jobs_job_verb",
+            ),
+            *super().get_urls(),
+        ]
+
+    def verb_view(self, request: HttpRequest, object_id: uuid.UUID, verb_name: str) -> HttpResponse:
+        return actions.verb_view(self, request, object_id, verb_name)
+
+    def dashboard_view(self, request: HttpRequest) -> TemplateResponse:
+        return dashboard.view(self, request)

@@ -1,0 +1,639 @@
+"""The admin as a repair console: list, job page, the five verbs and their permissions,
+the dashboard and the workers page, through Django's test client on PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.contrib.messages import get_messages
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_jobs.admin import actions
+from django_jobs.admin.pagination import EstimatedCountPaginator
+from django_jobs.models import Attempt, Job, JobEvent, Lease, Worker
+from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState
+
+pytestmark = pytest.mark.postgres
+
+LIST_URL = "/admin/django_jobs/job/"
+DASHBOARD_URL = "/admin/django_jobs/job/dashboard/"
+TASK = "tests.testapp.tasks.add"
+
+# verb -> (a state it applies to, the state it leads to, a state it refuses)
+VERB_CASES = {
+    "retry": (JobState.FAILED, JobState.QUEUED, JobState.SUCCEEDED),
+    "cancel": (JobState.QUEUED, JobState.CANCELLED, JobState.SUCCEEDED),
+    "quarantine": (JobState.EXHAUSTED, JobState.QUARANTINED, JobState.SUCCEEDED),
+    "release": (JobState.QUARANTINED, JobState.QUEUED, JobState.FAILED),
+    "discard": (JobState.EXHAUSTED, JobState.DISCARDED, JobState.SUCCEEDED),
+}
+
+
+def make_job(state: JobState = JobState.QUEUED, **fields: Any) -> Job:
+    """A job row in any state, written directly: test set-up, not a transition."""
+    now = timezone.now()
+    values: dict[str, Any] = {
+        "task_name": TASK,
+        "args": [1, 2],
+        "kwargs": {},
+        "queue": "default",
+        "run_after": now - timedelta(seconds=1),
+        "state": state,
+        "attempts": 0,
+        "max_attempts": 3,
+        "enqueued_at": now,
+        "updated_at": now,
+        **fields,
+    }
+    return Job.objects.create(**values)
+
+
+def make_worker(*, heartbeat_age: float = 0.0, **fields: Any) -> Worker:
+    now = timezone.now()
+    values: dict[str, Any] = {
+        "host": "web-1",
+        "pid": 4242,
+        "queues": ["default"],
+        "concurrency": 4,
+        "started_at": now - timedelta(minutes=5),
+        "heartbeat_at": now - timedelta(seconds=heartbeat_age),
+        **fields,
+    }
+    return Worker.objects.create(**values)
+
+
+def lease(job: Job, worker: Worker) -> Lease:
+    now = timezone.now()
+    attempt = Attempt.objects.create(
+        job=job, number=job.attempts, worker_id=worker.id, worker_name=str(worker), started_at=now
+    )
+    return Lease.objects.create(
+        job=job,
+        attempt=attempt,
+        token=job.attempts,
+        worker_id=worker.id,
+        acquired_at=now,
+        renewed_at=now,
+        expires_at=now + timedelta(seconds=30),
+    )
+
+
+def operator(*codenames: str) -> Client:
+    """A logged-in staff user holding view_job plus the given job permissions."""
+    user = User.objects.create_user(f"op-{uuid.uuid4().hex[:6]}", is_staff=True)
+    perms = Permission.objects.filter(
+        content_type__app_label="django_jobs", codename__in=["view_job", *codenames]
+    )
+    user.user_permissions.set(perms)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def response_events(html: str) -> list[tuple[str, str, str]]:
+    """(transition, actor, note) of each row of the audit-trail inline."""
+    cells = re.findall(
+        r'<td class="field-(transition|actor|note)">\s*<p>(.*?)</p>', html, flags=re.S
+    )
+    values = [value for _, value in cells]
+    return [(values[i], values[i + 1], values[i + 2]) for i in range(0, len(values), 3)]
+
+
+def texts(response: Any) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def state(job: Job) -> str:
+    return Job.objects.values_list("state", flat=True).get(pk=job.pk)
+
+
+def bulk(client: Client, verb: str, jobs: list[Job], **extra: str) -> Any:
+    data = {
+        "action": f"{verb}_jobs",
+        "_selected_action": [str(j.pk) for j in jobs],
+        **extra,
+    }
+    return client.post(LIST_URL, data, follow=True)
+
+
+def confirm_bulk(client: Client, verb: str, jobs: list[Job], note: str) -> Any:
+    """The second post, from the confirmation page: ids and action again, no "index"."""
+    data = {
+        "action": f"{verb}_jobs",
+        "_selected_action": [str(j.pk) for j in jobs],
+        "confirm": "yes",
+        "note": note,
+    }
+    return client.post(LIST_URL, data, follow=True)
+
+
+def button_url(job: Job, verb: str) -> str:
+    return reverse("admin:django_jobs_job_verb", args=[job.pk, verb])
+
+
+# -- the list -------------------------------------------------------------------------
+
+
+def test_list__shows_state_task_queue_tenant_attempts_progress_and_short_error(
+    admin_client: Client,
+) -> None:
+    make_job(
+        JobState.FAILED,
+        tenant="acme",
+        attempts=3,
+        max_attempts=3,
+        progress_done=5,
+        progress_total=10,
+        progress_message="halfway",
+        last_error="Traceback ...\nValueError: card declined",
+    )
+
+    html = admin_client.get(LIST_URL).content.decode()
+
+    assert '<span class="dj-badge dj-state-failed">Failed</span>' in html
+    assert f'<span title="{TASK}">add</span>' in html
+    assert '<td class="field-tenant">acme</td>' in html
+    assert '<td class="field-attempts_used">3/3</td>' in html
+    assert "5/10 (50%) halfway" in html
+    assert "ValueError: card declined</span>" in html
+
+
+def test_list__shows_when_a_scheduled_job_will_run(admin_client: Client) -> None:
+    make_job(run_after=timezone.now() + timedelta(hours=2, minutes=1))
+
+    html = admin_client.get(LIST_URL).content.decode()
+
+    assert "runs in 2\xa0hours" in html
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("state=failed", {"failed-acme"}),
+        ("queue=other", {"queued-other"}),
+        ("task=tests.testapp.tasks.noop", {"noop"}),
+        ("tenant=acme", {"failed-acme"}),
+        (
+            "enqueued_at__gte=2000-01-01+00:00:00%2B00:00"
+            "&enqueued_at__lt=2000-01-02+00:00:00%2B00:00",
+            {"old"},
+        ),
+    ],
+)
+def test_list__filters_by_state_queue_task_tenant_and_date(
+    admin_client: Client, query: str, expected: set[str]
+) -> None:
+    jobs = {
+        "failed-acme": make_job(JobState.FAILED, tenant="acme"),
+        "queued-other": make_job(queue="other"),
+        "noop": make_job(task_name="tests.testapp.tasks.noop"),
+        "old": make_job(
+            JobState.SUCCEEDED, enqueued_at=timezone.now().replace(year=2000, month=1, day=1)
+        ),
+    }
+
+    response = admin_client.get(f"{LIST_URL}?{query}")
+
+    shown = {j.pk for j in response.context["cl"].result_list}
+    assert shown == {jobs[name].pk for name in expected}
+
+
+@pytest.mark.parametrize("field", ["id", "idempotency_key", "tenant"])
+def test_list__search_finds_a_job_by_exact_id_idempotency_key_or_tenant(
+    admin_client: Client, field: str
+) -> None:
+    wanted = make_job(idempotency_key="order-17", tenant="acme")
+    make_job(idempotency_key="order-170", tenant="acme-2")
+    term = {"id": str(wanted.pk), "idempotency_key": "order-17", "tenant": "acme"}[field]
+
+    response = admin_client.get(LIST_URL, {"q": term})
+
+    assert [j.pk for j in response.context["cl"].result_list] == [wanted.pk]
+
+
+def test_list__never_counts_the_whole_table(admin_client: Client) -> None:
+    make_job()
+
+    with CaptureQueriesContext(connection) as queries:
+        admin_client.get(LIST_URL)
+
+    counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert all("LIMIT" in sql or "pg_class" in sql for sql in counts), counts
+
+
+def test_list__an_unfiltered_large_table_shows_the_planner_estimate(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3):
+        make_job()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job")
+    monkeypatch.setattr(EstimatedCountPaginator, "EXACT_BELOW", 1)
+
+    response = admin_client.get(LIST_URL)
+
+    assert response.context["cl"].paginator.count_kind == "estimate"
+    assert "about 3 jobs (estimated)" in response.content.decode()
+
+
+def test_list__a_broad_filter_counts_up_to_a_cap(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3):
+        make_job(JobState.FAILED)
+    monkeypatch.setattr(EstimatedCountPaginator, "COUNT_CAP", 2)
+
+    response = admin_client.get(LIST_URL, {"state": "failed"})
+
+    assert "more than 2 jobs" in response.content.decode()
+
+
+def test_list__offers_no_add_and_no_delete(admin_client: Client) -> None:
+    response = admin_client.get(LIST_URL)
+
+    assert response.context["has_add_permission"] is False
+    assert "delete_selected" not in dict(response.context["action_form"].fields["action"].choices)
+
+
+# -- the job page -----------------------------------------------------------------------
+
+
+def test_job_page__shows_arguments_and_result_as_formatted_json(admin_client: Client) -> None:
+    job = make_job(JobState.SUCCEEDED, args=[1, {"b": 2}], kwargs={"x": "y"}, result={"ok": True})
+
+    html = admin_client.get(reverse("admin:django_jobs_job_change", args=[job.pk])).content.decode()
+
+    assert '<pre class="dj-json">[\n  1,\n  {\n    &quot;b&quot;: 2\n  }\n]</pre>' in html
+    assert '<pre class="dj-json">{\n  &quot;x&quot;: &quot;y&quot;\n}</pre>' in html
+    assert '<pre class="dj-json">{\n  &quot;ok&quot;: true\n}</pre>' in html
+
+
+def test_job_page__shows_every_attempt_with_outcome_worker_duration_error_and_traceback(
+    admin_client: Client,
+) -> None:
+    job = make_job(JobState.FAILED, attempts=1)
+    start = timezone.now() - timedelta(seconds=3)
+    Attempt.objects.create(
+        job=job,
+        number=1,
+        worker_id=uuid.uuid4(),
+        worker_name="web-1:4242",
+        outcome=AttemptOutcome.LOST,
+        started_at=start,
+        finished_at=start + timedelta(seconds=2.5),
+        error_type="builtins.ValueError",
+        error_message="card declined",
+        traceback="Traceback (most recent call last):\n  boom",
+        late_report={"outcome": "succeeded"},
+    )
+
+    html = admin_client.get(reverse("admin:django_jobs_job_change", args=[job.pk])).content.decode()
+
+    assert '<span class="dj-badge dj-outcome-lost">Lost</span>' in html
+    assert ">web-1:4242</a>" in html
+    assert "2.5 s" in html
+    assert "builtins.ValueError: card declined" in html
+    assert "Traceback (most recent call last):\n  boom</pre>" in html
+    assert "&quot;outcome&quot;: &quot;succeeded&quot;" in html
+
+
+def test_job_page__shows_the_lease_and_the_progress(admin_client: Client) -> None:
+    job = make_job(JobState.RUNNING, attempts=1, progress_done=3, progress_total=4)
+    held = lease(job, make_worker())
+
+    html = admin_client.get(reverse("admin:django_jobs_job_change", args=[job.pk])).content.decode()
+
+    assert (
+        f'token 1 held by worker <a href="/admin/django_jobs/worker/{held.worker_id}/change/">'
+        in html
+    )
+    assert '<progress value="3" max="4"></progress> 3/4 (75%)' in html
+
+
+def test_job_page__shows_the_audit_trail_of_manual_actions(admin_client: Client) -> None:
+    job = make_job(JobState.EXHAUSTED)
+    admin_client.post(button_url(job, "quarantine"), {"note": "poison: bad payload"})
+
+    html = admin_client.get(reverse("admin:django_jobs_job_change", args=[job.pk])).content.decode()
+
+    events = response_events(html)
+    assert events == [("quarantine", "admin", "poison: bad payload")]
+
+
+def test_job_page__is_read_only(admin_client: Client) -> None:
+    job = make_job()
+
+    response = admin_client.post(
+        reverse("admin:django_jobs_job_change", args=[job.pk]), {"queue": "other"}
+    )
+
+    assert response.status_code == 403
+    assert Job.objects.get(pk=job.pk).queue == "default"
+
+
+# -- bulk actions -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["retry", "cancel", "release"])
+def test_bulk__changes_the_jobs_it_applies_to_and_says_why_it_refused_the_rest(
+    admin_client: Client, verb: str
+) -> None:
+    source, target, wrong = VERB_CASES[verb]
+    good, bad = make_job(source), make_job(wrong)
+
+    response = bulk(admin_client, verb, [good, bad])
+
+    assert (state(good), state(bad)) == (target, wrong)
+    assert texts(response) == [
+        f"1 job {actions.ADMIN_VERBS[verb].done}.",
+        f"1 job refused: Cannot {verb} job {bad.pk}: it is {wrong}; {verb} applies only to "
+        f"jobs that are {', '.join(s for s in _sources(verb))}.",
+    ]
+
+
+def _sources(verb: str) -> list[str]:
+    return sorted({str(s) for t in VERBS[verb] for s in TRANSITIONS[t].sources})
+
+
+@pytest.mark.parametrize("verb", ["quarantine", "discard"])
+def test_bulk__quarantine_and_discard_ask_for_a_reason_before_changing_anything(
+    admin_client: Client, verb: str
+) -> None:
+    job = make_job(VERB_CASES[verb][0])
+
+    response = bulk(admin_client, verb, [job])
+
+    assert response.templates[0].name == "django_jobs/admin/job/confirm.html"
+    assert 'name="note"' in response.content.decode()
+    assert state(job) == VERB_CASES[verb][0]
+
+
+@pytest.mark.parametrize("verb", ["quarantine", "discard"])
+def test_bulk__quarantine_and_discard_apply_with_the_reason_from_the_confirmation_page(
+    admin_client: Client, verb: str
+) -> None:
+    source, target, _ = VERB_CASES[verb]
+    job = make_job(source)
+
+    response = confirm_bulk(admin_client, verb, [job], note="customer asked")
+
+    assert state(job) == target
+    assert texts(response) == [f"1 job {actions.ADMIN_VERBS[verb].done}."]
+    event = JobEvent.objects.get(job=job)
+    assert (event.actor, event.note) == ("admin", "customer asked")
+
+
+def test_bulk__an_empty_reason_is_asked_for_again(admin_client: Client) -> None:
+    job = make_job(JobState.EXHAUSTED)
+
+    response = confirm_bulk(admin_client, "discard", [job], note="  ")
+
+    assert "Say why: a reason is required." in response.content.decode()
+    assert state(job) == JobState.EXHAUSTED
+
+
+def test_bulk__records_the_user_as_the_actor(admin_client: Client) -> None:
+    job = make_job(JobState.FAILED)
+
+    bulk(admin_client, "retry", [job])
+
+    assert list(JobEvent.objects.filter(job=job).values_list("actor", "transition")) == [
+        ("admin", "retry")
+    ]
+
+
+def test_bulk__refuses_more_jobs_than_its_limit(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [make_job(JobState.FAILED), make_job(JobState.FAILED)]
+    monkeypatch.setattr(actions, "BULK_LIMIT", 1)
+
+    response = bulk(admin_client, "retry", jobs)
+
+    assert texts(response) == [
+        "Retry takes at most 1 jobs at a time; narrow the filter, or use manage.py jobs for more."
+    ]
+    assert {state(j) for j in jobs} == {JobState.FAILED}
+
+
+@pytest.mark.parametrize("verb", list(VERB_CASES))
+def test_bulk__each_action_is_offered_only_with_its_permission(db: None, verb: str) -> None:
+    others = [f"{v}_job" for v in VERB_CASES if v != verb]
+
+    without = operator(*others).get(LIST_URL).context["action_form"].fields["action"].choices
+    with_it = operator(f"{verb}_job").get(LIST_URL).context["action_form"].fields["action"].choices
+
+    assert f"{verb}_jobs" not in dict(without)
+    assert [name for name, _ in with_it if name] == [f"{verb}_jobs"]
+
+
+def test_bulk__a_user_without_retry_job_cannot_retry_by_posting(db: None) -> None:
+    job = make_job(JobState.FAILED)
+
+    bulk(operator("cancel_job"), "retry", [job])
+
+    assert state(job) == JobState.FAILED
+    assert not JobEvent.objects.exists()
+
+
+def test_list__a_view_only_operator_sees_jobs_and_no_actions(db: None) -> None:
+    make_job()
+
+    response = operator().get(LIST_URL)
+
+    assert response.status_code == 200
+    assert response.context["action_form"] is None or not [
+        name for name, _ in response.context["action_form"].fields["action"].choices if name
+    ]
+
+
+# -- buttons on the job page ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", list(VERB_CASES))
+def test_button__applies_its_verb_to_the_job_and_says_the_new_state(
+    admin_client: Client, verb: str
+) -> None:
+    source, target, _ = VERB_CASES[verb]
+    job = make_job(source)
+
+    response = admin_client.post(button_url(job, verb), {"note": "by hand"}, follow=True)
+
+    assert state(job) == target
+    assert texts(response) == [f"Job {actions.ADMIN_VERBS[verb].done}: it is now {target.label}."]
+    assert response.redirect_chain == [
+        (reverse("admin:django_jobs_job_change", args=[job.pk]), 302)
+    ]
+
+
+def test_button__cancel_of_a_running_job_asks_it_to_stop(admin_client: Client) -> None:
+    job = make_job(JobState.RUNNING, attempts=1)
+
+    response = admin_client.post(button_url(job, "cancel"), follow=True)
+
+    assert state(job) == JobState.CANCELLING
+    assert texts(response) == ["Job cancelled: it is now Cancelling."]
+
+
+def test_button__a_verb_the_state_does_not_allow_is_refused_with_the_reason(
+    admin_client: Client,
+) -> None:
+    job = make_job(JobState.SUCCEEDED)
+
+    response = admin_client.post(button_url(job, "retry"), follow=True)
+
+    assert state(job) == JobState.SUCCEEDED
+    assert texts(response) == [
+        f"Refused: Cannot retry job {job.pk}: it is succeeded; retry applies only to jobs that "
+        "are cancelled, exhausted, expired, failed, quarantined."
+    ]
+
+
+@pytest.mark.parametrize("verb", ["quarantine", "discard"])
+def test_button__quarantine_and_discard_show_a_confirmation_page_first(
+    admin_client: Client, verb: str
+) -> None:
+    job = make_job(JobState.EXHAUSTED)
+
+    response = admin_client.get(button_url(job, verb))
+
+    assert response.status_code == 200
+    assert '<textarea name="note" id="id_note"' in response.content.decode()
+    assert state(job) == JobState.EXHAUSTED
+
+
+def test_button__discard_without_a_reason_changes_nothing(admin_client: Client) -> None:
+    job = make_job(JobState.EXHAUSTED)
+
+    response = admin_client.post(button_url(job, "discard"), {"note": ""})
+
+    assert "Say why: a reason is required." in response.content.decode()
+    assert state(job) == JobState.EXHAUSTED
+
+
+def test_button__a_user_without_retry_job_is_forbidden(db: None) -> None:
+    job = make_job(JobState.FAILED)
+
+    response = operator("cancel_job", "discard_job").post(button_url(job, "retry"))
+
+    assert response.status_code == 403
+    assert state(job) == JobState.FAILED
+
+
+def test_job_page__a_user_without_retry_job_sees_no_retry_button(db: None) -> None:
+    job = make_job(JobState.FAILED)
+
+    html = (
+        operator("discard_job")
+        .get(reverse("admin:django_jobs_job_change", args=[job.pk]))
+        .content.decode()
+    )
+
+    assert "dj-verb-retry" not in html
+    assert "dj-verb-discard" in html
+
+
+def test_job_page__shows_only_the_buttons_its_state_allows(admin_client: Client) -> None:
+    job = make_job(JobState.QUARANTINED)
+
+    response = admin_client.get(reverse("admin:django_jobs_job_change", args=[job.pk]))
+
+    assert [b["verb"].name for b in response.context["verb_buttons"]] == [
+        "retry",
+        "release",
+        "discard",
+    ]
+
+
+# -- dashboard and workers --------------------------------------------------------------------
+
+
+def test_dashboard__is_linked_from_the_jobs_section_and_the_job_list(admin_client: Client) -> None:
+    app_index = admin_client.get("/admin/django_jobs/").content.decode()
+    job_list = admin_client.get(LIST_URL).content.decode()
+
+    assert f'href="{DASHBOARD_URL}"' in app_index
+    assert f'href="{DASHBOARD_URL}"' in job_list
+
+
+def test_dashboard__shows_depth_by_state_oldest_due_job_throughput_and_failures(
+    admin_client: Client,
+) -> None:
+    now = timezone.now()
+    make_job(enqueued_at=now - timedelta(minutes=10))
+    make_job(run_after=now + timedelta(hours=1))
+    make_job(JobState.RUNNING)
+    make_job(JobState.QUARANTINED)
+    make_job(JobState.SUCCEEDED, finished_at=now - timedelta(minutes=1))
+    make_job(JobState.SUCCEEDED, finished_at=now - timedelta(minutes=30))
+    make_job(JobState.EXHAUSTED, finished_at=now - timedelta(minutes=2))
+    make_job(JobState.SUCCEEDED, finished_at=now - timedelta(hours=3))
+
+    response = admin_client.get(DASHBOARD_URL)
+
+    default = next(q for q in response.context["queues"] if q["name"] == "default")
+    assert {
+        k: default[k] for k in ("due", "scheduled", "depth", "finished", "succeeded", "failures")
+    } == {
+        "due": 1,
+        "scheduled": 1,
+        "depth": [1, 0, 1],  # running, cancelling, quarantined
+        "finished": [2, 3],  # last 5 minutes, last hour
+        "succeeded": [1, 2],
+        "failures": [1, 1],
+    }
+    assert timedelta(minutes=9) < now - default["oldest_due"] < timedelta(minutes=11)
+
+
+def test_dashboard__lists_live_workers_with_running_jobs_and_marks_stale_ones(
+    admin_client: Client,
+) -> None:
+    busy = make_worker(host="web-1")
+    make_worker(host="web-2", heartbeat_age=120)
+    make_worker(host="web-3", stopped_at=timezone.now())
+    lease(make_job(JobState.RUNNING, attempts=1), busy)
+
+    response = admin_client.get(DASHBOARD_URL)
+
+    rows = [(r.worker.host, r.running, r.stale) for r in response.context["workers"]]
+    assert rows == [("web-1", 1, False), ("web-2", 0, True)]
+    assert '<span class="dj-badge dj-worker-stale">stale</span>' in response.content.decode()
+
+
+def test_dashboard__keeps_named_places_for_queue_pause_and_schedules(admin_client: Client) -> None:
+    html = admin_client.get(DASHBOARD_URL).content.decode()
+
+    assert "Pausing and resuming a queue is not available yet" in html
+    assert "Periodic schedules are not available yet" in html
+
+
+def test_dashboard__needs_permission_to_view_jobs(db: None) -> None:
+    user = User.objects.create_user("nobody", is_staff=True)
+    client = Client()
+    client.force_login(user)
+
+    response = client.get(DASHBOARD_URL)
+
+    assert response.status_code == 403
+
+
+def test_worker_page__is_read_only_and_shows_status_and_held_leases(admin_client: Client) -> None:
+    worker = make_worker()
+    held = lease(make_job(JobState.RUNNING, attempts=1), worker)
+
+    html = admin_client.get(
+        reverse("admin:django_jobs_worker_change", args=[worker.pk])
+    ).content.decode()
+
+    assert '<span class="dj-badge dj-worker-live">live</span>' in html
+    assert f'/admin/django_jobs/job/{held.job_id}/change/">{held.job_id}</a> token 1' in html
+    assert 'name="_save"' not in html
