@@ -1,0 +1,269 @@
+"""How jobs, attempts, queues and workers look over the wire.
+
+Field names follow Django's ``TaskResult`` where the two overlap — ``id``,
+``status`` (one of Django's four statuses), ``enqueued_at``, ``started_at``,
+``finished_at``, ``last_attempted_at``, ``args``, ``kwargs``, ``backend``,
+``errors``, ``worker_ids``, ``return_value`` — so a client written against
+``get_result()`` reads the same names here. ``state`` is our detailed state
+(``exhausted`` versus ``failed``, ``quarantined``, ...), and ``attempt_log``
+the attempts themselves, as on ``django_jobs.results.JobResult``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.tasks import TaskResultStatus
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from django_jobs.control import NOTE_REQUIRED
+from django_jobs.models import Attempt, Job, JobEvent, Worker
+from django_jobs.states import AttemptOutcome, JobState, django_status
+
+NOTE_MAX_LENGTH = 2000
+
+
+class ProgressSerializer(serializers.Serializer[Job]):
+    done = serializers.IntegerField(source="progress_done")
+    total = serializers.IntegerField(source="progress_total", allow_null=True)
+    message = serializers.CharField(source="progress_message")
+    attempt = serializers.IntegerField(
+        source="progress_attempt", allow_null=True, help_text="The attempt that reported it."
+    )
+    at = serializers.DateTimeField(source="progress_at", allow_null=True)
+    fraction = serializers.SerializerMethodField()
+
+    def get_fraction(self, job: Job) -> float | None:
+        if not job.progress_total or job.progress_done is None:
+            return None
+        return min(1.0, job.progress_done / job.progress_total)
+
+
+class JobSerializer(serializers.ModelSerializer[Job]):
+    """A job in a list: its identity, where it stands, and its progress."""
+
+    status = serializers.SerializerMethodField(help_text="Django's TaskResultStatus.")
+    state = serializers.ChoiceField(choices=JobState.choices, help_text="Our detailed state.")
+    progress = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "task_name",
+            "backend",
+            "queue",
+            "priority",
+            "tenant",
+            "initiator",
+            "idempotency_key",
+            "status",
+            "state",
+            "attempts",
+            "max_attempts",
+            "enqueued_at",
+            "run_after",
+            "started_at",
+            "finished_at",
+            "updated_at",
+            "expires_at",
+            "cancel_requested_at",
+            "progress",
+            "last_error",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ChoiceField(choices=TaskResultStatus.choices))
+    def get_status(self, job: Job) -> str:
+        return str(django_status(job.state))
+
+    @extend_schema_field(ProgressSerializer(allow_null=True))
+    def get_progress(self, job: Job) -> dict[str, Any] | None:
+        if job.progress_done is None:
+            return None
+        return dict(ProgressSerializer(job).data)
+
+
+class AttemptSerializer(serializers.ModelSerializer[Attempt]):
+    outcome = serializers.ChoiceField(choices=AttemptOutcome.choices)
+    duration = serializers.SerializerMethodField(help_text="Seconds, once the attempt ended.")
+
+    class Meta:
+        model = Attempt
+        fields = [
+            "number",
+            "outcome",
+            "worker_id",
+            "worker_name",
+            "started_at",
+            "finished_at",
+            "duration",
+            "error_type",
+            "error_message",
+            "traceback",
+            "late_report",
+        ]
+        read_only_fields = fields
+
+    def get_duration(self, attempt: Attempt) -> float | None:
+        duration = attempt.duration
+        return None if duration is None else duration.total_seconds()
+
+
+class EventSerializer(serializers.ModelSerializer[JobEvent]):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "transition", "from_state", "to_state", "actor", "note"]
+        read_only_fields = fields
+
+
+class TaskErrorSerializer(serializers.Serializer[Any]):
+    """Django's ``TaskError``: one per attempt that ended with an exception."""
+
+    exception_class_path = serializers.CharField()
+    traceback = serializers.CharField()
+
+
+class JobDetailSerializer(JobSerializer):
+    """One job with everything an operator repairing it needs."""
+
+    args = serializers.JSONField()
+    kwargs = serializers.JSONField()
+    return_value = serializers.SerializerMethodField(
+        help_text="What the task returned; null unless the job succeeded."
+    )
+    # Django's name; DRF pops declared fields off the class, so Serializer.errors survives.
+    errors = serializers.SerializerMethodField()  # type: ignore[assignment]
+    last_attempted_at = serializers.SerializerMethodField()
+    worker_ids = serializers.SerializerMethodField()
+    attempt_log = AttemptSerializer(source="attempt_set", many=True, read_only=True)
+    events = EventSerializer(many=True, read_only=True, help_text="The audit trail.")
+
+    class Meta(JobSerializer.Meta):
+        fields = [
+            *JobSerializer.Meta.fields,
+            "task_version",
+            "concurrency_key",
+            "timeout",
+            "args",
+            "kwargs",
+            "return_value",
+            "errors",
+            "last_attempted_at",
+            "worker_ids",
+            "attempt_log",
+            "events",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.ANY)
+    def get_return_value(self, job: Job) -> Any:
+        return job.result if job.state == JobState.SUCCEEDED else None
+
+    @extend_schema_field(TaskErrorSerializer(many=True))
+    def get_errors(self, job: Job) -> list[dict[str, str]]:
+        # The same rule as django_jobs.results.build, so the API and get_result() agree.
+        return [
+            {
+                "exception_class_path": a.error_type,
+                "traceback": a.traceback or a.error_message,
+            }
+            for a in job.attempt_set.all()
+            if a.error_type and a.outcome != AttemptOutcome.RUNNING
+        ]
+
+    @extend_schema_field(OpenApiTypes.DATETIME)
+    def get_last_attempted_at(self, job: Job) -> str | None:
+        attempts = list(job.attempt_set.all())
+        if not attempts:
+            return None
+        return serializers.DateTimeField().to_representation(attempts[-1].started_at)
+
+    def get_worker_ids(self, job: Job) -> list[str]:
+        return [str(a.worker_id) for a in job.attempt_set.all() if a.worker_id]
+
+
+class ActionSerializer(serializers.Serializer[Any]):
+    note = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=NOTE_MAX_LENGTH,
+        default="",
+        help_text="Why; kept in the job's audit trail.",
+    )
+
+
+class NoteRequiredActionSerializer(serializers.Serializer[Any]):
+    note = serializers.CharField(
+        max_length=NOTE_MAX_LENGTH,
+        help_text="Why; required, and kept in the job's audit trail.",
+    )
+
+    def validate_note(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("A note saying why is required.")
+        return value
+
+
+def action_serializer(verb: str) -> type[serializers.Serializer[Any]]:
+    return NoteRequiredActionSerializer if verb in NOTE_REQUIRED else ActionSerializer
+
+
+class ActionResultSerializer(serializers.Serializer[Any]):
+    id = serializers.UUIDField()
+    verb = serializers.CharField()
+    transition = serializers.CharField(help_text="Which transition the verb took.")
+    state = serializers.ChoiceField(choices=JobState.choices, help_text="The job's state now.")
+    status = serializers.ChoiceField(choices=TaskResultStatus.choices)
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    detail = serializers.CharField()
+
+
+class QueueStatsSerializer(serializers.Serializer[Any]):
+    queue = serializers.CharField()
+    depth = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Jobs in this queue, by state (every state)."
+    )
+    ready = serializers.IntegerField(help_text="Queued jobs whose run_after has passed.")
+    scheduled = serializers.IntegerField(help_text="Queued jobs held back by run_after.")
+    oldest_ready_at = serializers.DateTimeField(
+        allow_null=True, help_text="run_after of the longest-waiting ready job."
+    )
+    oldest_ready_age = serializers.FloatField(
+        allow_null=True, help_text="Seconds that job has been waiting to be claimed."
+    )
+    succeeded_last_hour = serializers.IntegerField()
+    failed_last_hour = serializers.IntegerField(help_text="Ended failed or exhausted.")
+
+
+class WorkerSerializer(serializers.ModelSerializer[Worker]):
+    alive = serializers.SerializerMethodField(
+        help_text="Not stopped, and heartbeating within WORKER_STALE_SECONDS."
+    )
+    leases = serializers.IntegerField(read_only=True, help_text="Jobs it holds now.")
+
+    class Meta:
+        model = Worker
+        fields = [
+            "id",
+            "backend",
+            "host",
+            "pid",
+            "queues",
+            "concurrency",
+            "started_at",
+            "heartbeat_at",
+            "stopped_at",
+            "jobs_done",
+            "alive",
+            "leases",
+        ]
+        read_only_fields = fields
+
+    def get_alive(self, worker: Worker) -> bool:
+        stale_before = self.context["stale_before"]
+        return worker.stopped_at is None and worker.heartbeat_at >= stale_before

@@ -1,0 +1,32 @@
+"""The API's URLs; include them under a prefix of your choice::
+
+    path("api/jobs/", include("django_jobs.api.urls"))
+
+gives ``api/jobs/`` (list), ``api/jobs/<id>/`` (detail),
+``api/jobs/<id>/<verb>/`` (POST), ``api/jobs/queues/``, ``api/jobs/workers/``
+and ``api/jobs/schema/`` (OpenAPI 3). Importing this module validates
+``DJANGO_JOBS_API``, so a broken setting fails at start-up.
+"""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+from rest_framework.routers import SimpleRouter
+
+from .conf import api_settings
+from .schema import SchemaView
+from .views import JobViewSet, QueueStatsView, WorkerViewSet
+
+app_name = "django_jobs_api"
+
+api_settings()
+
+router = SimpleRouter()
+router.register("workers", WorkerViewSet, basename="worker")
+router.register("", JobViewSet, basename="job")
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("queues/", QueueStatsView.as_view(), name="queues"),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    *router.urls,
+]

@@ -1,0 +1,337 @@
+"""The endpoints: jobs (list, detail, the operator verbs), queue statistics, workers.
+
+Reads go through the authority policy's ``filter_jobs``, so a job the user may
+not see is simply absent: 404 on its URL, missing from lists and statistics.
+Writes go through ``django_jobs.control.apply`` and nothing else, so every
+change is a guarded transition with an audit record naming the user.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Count, IntegerField, Min, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.shortcuts import get_object_or_404
+from django.tasks import task_backends
+from django.utils import timezone
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_jobs import control
+from django_jobs.backend import JobsBackend
+from django_jobs.cli.stats import FAILED_STATES, THROUGHPUT_WINDOW
+from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
+from django_jobs.models import Attempt, Job, Lease, Worker
+from django_jobs.states import TRANSITIONS, JobState, django_status
+
+from .conf import api_settings
+from .filters import JobFilter, KnownParametersFilter, StrictOrderingFilter
+from .pagination import StrictCursorPagination
+from .permissions import VERBS, Action, AuthorityPermission
+from .serializers import (
+    ActionResultSerializer,
+    ErrorSerializer,
+    JobDetailSerializer,
+    JobSerializer,
+    QueueStatsSerializer,
+    WorkerSerializer,
+    action_serializer,
+)
+
+UUID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_NOT_FOUND = OpenApiResponse(ErrorSerializer, description="No such job, or not one you may see.")
+_DENIED = OpenApiResponse(ErrorSerializer, description="Not authenticated, or not allowed.")
+_BAD_INPUT = OpenApiResponse(
+    description="A parameter or field is malformed or unknown; the body names it."
+)
+
+
+def _spectacular(f: Any) -> Any:
+    """Base ``@extend_schema`` of ``f`` on drf-spectacular's AutoSchema.
+
+    ``@extend_schema`` on a method builds on the project's
+    ``DEFAULT_SCHEMA_CLASS`` unless the method names its own schema. DRF's
+    default there is its own (older) AutoSchema, and a reusable app should not
+    demand that the project change it.
+    """
+    f.kwargs = {**getattr(f, "kwargs", {}), "schema": AutoSchema()}
+    return f
+
+
+def _jobs() -> QuerySet[Job]:
+    return Job.objects.using(api_settings().database).all()
+
+
+def _verb_view(verb: Action) -> Any:
+    """One POST endpoint per verb, each with its own request schema (a note or not)."""
+
+    def act(self: JobViewSet, request: Request, pk: str | None = None) -> Response:
+        return self.apply_verb(verb, request)
+
+    # DRF routes an action by its function's name, so it must be the verb's.
+    act.__name__ = act.__qualname__ = verb.value
+    routed = action(
+        detail=True,
+        methods=["post"],
+        url_path=verb.value,
+        url_name=verb.value,
+        schema=AutoSchema(),
+    )(act)
+    return extend_schema(
+        operation_id=f"jobs_{verb}",
+        tags=["jobs"],
+        summary=f"{verb.capitalize()} a job",
+        description=_VERB_HELP[verb],
+        request=action_serializer(verb),
+        responses={
+            200: ActionResultSerializer,
+            400: _BAD_INPUT,
+            403: _DENIED,
+            404: _NOT_FOUND,
+            409: OpenApiResponse(
+                ErrorSerializer, description="The verb does not apply to the job's state."
+            ),
+        },
+    )(routed)
+
+
+_VERB_HELP = {
+    Action.CANCEL: "A queued job is cancelled at once; a running one becomes `cancelling` "
+    "and is stopped cooperatively, then by force after the grace period.",
+    Action.RETRY: "A failed, exhausted, cancelled, expired or quarantined job is queued "
+    "again with a fresh attempt budget.",
+    Action.QUARANTINE: "Hold a queued or unsuccessful job: it never runs until released. "
+    "A note is required.",
+    Action.RELEASE: "Queue a quarantined job again, with at least one attempt left.",
+    Action.DISCARD: "Accept the loss of a job that will not succeed. A note is required.",
+}
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Job]):
+    """Jobs the user may see, and the operator verbs on them."""
+
+    schema = AutoSchema()
+    permission_classes = [AuthorityPermission]
+    filterset_class = JobFilter
+    filter_backends = [KnownParametersFilter, DjangoFilterBackend, StrictOrderingFilter]
+    ordering_fields = ["enqueued_at", "run_after", "priority"]
+    ordering = "-enqueued_at"
+    pagination_class = StrictCursorPagination
+    # Job ids are UUIDs; anything else in the URL is not a job (404 by routing).
+    lookup_value_regex = UUID_PATTERN
+
+    cancel = _verb_view(Action.CANCEL)
+    retry = _verb_view(Action.RETRY)
+    quarantine = _verb_view(Action.QUARANTINE)
+    release = _verb_view(Action.RELEASE)
+    discard = _verb_view(Action.DISCARD)
+
+    @extend_schema(
+        operation_id="jobs_list",
+        tags=["jobs"],
+        summary="List jobs",
+        responses={200: JobSerializer(many=True), 400: _BAD_INPUT, 403: _DENIED},
+    )
+    @_spectacular
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="jobs_retrieve",
+        tags=["jobs"],
+        summary="A job with its attempts, progress, result, errors and audit trail",
+        responses={200: JobDetailSerializer, 403: _DENIED, 404: _NOT_FOUND},
+    )
+    @_spectacular
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
+
+    @property
+    def authority_action(self) -> Action:
+        return Action(self.action) if self.action in VERBS else Action.VIEW
+
+    def get_serializer_class(self) -> Any:
+        if self.action == "retrieve":
+            return JobDetailSerializer
+        if self.action in VERBS:
+            return action_serializer(self.action)
+        return JobSerializer
+
+    def get_queryset(self) -> QuerySet[Job]:
+        authority = api_settings().authority
+        jobs = authority.filter_jobs(self.request, Action.VIEW, _jobs())
+        if self.action == "retrieve":
+            attempts = Attempt.objects.using(api_settings().database).order_by("number")
+            jobs = jobs.prefetch_related(Prefetch("attempt_set", queryset=attempts), "events")
+        return jobs
+
+    def filter_queryset(self, queryset: QuerySet[Job, Any]) -> QuerySet[Job, Any]:
+        # Filters and ordering belong to the list; DRF would also apply them
+        # to the detail lookup, turning ?state=... on a job's URL into a 404.
+        if self.action != "list":
+            return queryset
+        return super().filter_queryset(queryset)
+
+    def apply_verb(self, verb: Action, request: Request) -> Response:
+        """Find the job in the user's scope (else 404), check the verb (else 403), apply it."""
+        settings = api_settings()
+        authority = settings.authority
+        # Visible for reading or for this verb: either way, its existence is no secret.
+        scope = authority.filter_jobs(request, Action.VIEW, _jobs()) | authority.filter_jobs(
+            request, verb, _jobs()
+        )
+        job = get_object_or_404(scope.only("id", "tenant", "state"), pk=self.kwargs["pk"])
+        if not authority.has_job_permission(request, verb, job):
+            self.permission_denied(request, message=f"You may not {verb} this job.")
+        serializer = action_serializer(verb)(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        note: str = serializer.validated_data["note"]
+        try:
+            transition = control.apply(
+                verb, job, actor=request.user, note=note, backend=settings.backend
+            )
+        except InvalidTransitionError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        except JobNotFoundError as exc:  # pruned between our read and the verb
+            return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
+        except ValueError as exc:  # control's own checks (note, actor): say which field
+            field = "note" if "note" in str(exc) else "non_field_errors"
+            raise ValidationError({field: [str(exc)]}) from exc
+        state = TRANSITIONS[transition].target
+        body = {
+            "id": job.id,
+            "verb": verb.value,
+            "transition": transition.value,
+            "state": state.value,
+            "status": str(django_status(state)),
+        }
+        return Response(ActionResultSerializer(body).data)
+
+
+class QueueStatsView(APIView):
+    """Depth by state and the age of the oldest ready job, per queue, over the jobs you may see."""
+
+    schema = AutoSchema()
+    permission_classes = [AuthorityPermission]
+    authority_action = Action.VIEW
+
+    @extend_schema(
+        tags=["queues"],
+        summary="Queue statistics",
+        responses={200: QueueStatsSerializer(many=True), 400: _BAD_INPUT, 403: _DENIED},
+    )
+    @_spectacular
+    def get(self, request: Request) -> Response:
+        KnownParametersFilter().filter_queryset(request, Job.objects.none(), self)
+        settings = api_settings()
+        jobs = settings.authority.filter_jobs(request, Action.VIEW, _jobs())
+        now = timezone.now()
+        backend = task_backends[settings.backend]
+        queues: dict[str, dict[str, Any]] = {}
+
+        def entry(queue: str) -> dict[str, Any]:
+            return queues.setdefault(
+                queue,
+                {
+                    "queue": queue,
+                    "depth": {state.value: 0 for state in JobState},
+                    "ready": 0,
+                    "scheduled": 0,
+                    "oldest_ready_at": None,
+                    "oldest_ready_age": None,
+                    "succeeded_last_hour": 0,
+                    "failed_last_hour": 0,
+                },
+            )
+
+        # Configured queues are listed even when empty: an empty queue is an answer.
+        for queue in sorted(backend.queues or ()):
+            entry(queue)
+        # One grouped count; the depth of finished states scans the table, which
+        # prune (RETENTION_DAYS) keeps bounded.
+        for row in jobs.order_by().values("queue", "state").annotate(n=Count("pk")):
+            entry(row["queue"])["depth"][row["state"]] = row["n"]
+        ready = (
+            jobs.filter(state=JobState.QUEUED, run_after__lte=now)
+            .order_by()
+            .values("queue")
+            .annotate(n=Count("pk"), oldest=Min("run_after"))
+        )
+        for waiting in ready:
+            stats = entry(waiting["queue"])
+            stats["ready"] = waiting["n"]
+            stats["oldest_ready_at"] = waiting["oldest"]
+            stats["oldest_ready_age"] = max(0.0, (now - waiting["oldest"]).total_seconds())
+        # Throughput over the last hour, as `manage.py jobs stats` shows it.
+        ended = (
+            jobs.filter(finished_at__gte=now - THROUGHPUT_WINDOW)
+            .order_by()
+            .values("queue")
+            .annotate(
+                succeeded=Count("pk", filter=Q(state=JobState.SUCCEEDED)),
+                failed=Count("pk", filter=Q(state__in=FAILED_STATES)),
+            )
+        )
+        for done in ended:
+            stats = entry(done["queue"])
+            stats["succeeded_last_hour"] = done["succeeded"]
+            stats["failed_last_hour"] = done["failed"]
+        for stats in queues.values():
+            stats["scheduled"] = stats["depth"][JobState.QUEUED] - stats["ready"]
+        data = [queues[name] for name in sorted(queues)]
+        return Response(QueueStatsSerializer(data, many=True).data)
+
+
+class WorkerPagination(StrictCursorPagination):
+    ordering = ("-started_at", "-pk")
+
+
+class WorkerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Worker]):
+    """Registered worker processes, so operators can see who is alive."""
+
+    schema = AutoSchema()
+    permission_classes = [AuthorityPermission]
+    authority_action = Action.VIEW_WORKERS
+    serializer_class = WorkerSerializer
+    filter_backends = [KnownParametersFilter]
+    pagination_class = WorkerPagination
+
+    @extend_schema(
+        tags=["workers"],
+        summary="Workers, newest first",
+        responses={200: WorkerSerializer(many=True), 400: _BAD_INPUT, 403: _DENIED},
+    )
+    @_spectacular
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[Worker]:
+        db = api_settings().database
+        leases = (
+            Lease.objects.using(db)
+            .filter(worker_id=OuterRef("pk"))
+            .order_by()
+            .values("worker_id")
+            .annotate(n=Count("pk"))
+            .values("n")
+        )
+        return (
+            Worker.objects.using(db)
+            .all()
+            .annotate(leases=Coalesce(Subquery(leases, output_field=IntegerField()), 0))
+        )
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        backend = task_backends[api_settings().backend]
+        assert isinstance(backend, JobsBackend)
+        stale = timedelta(seconds=backend.settings.WORKER_STALE_SECONDS)
+        return {**super().get_serializer_context(), "stale_before": timezone.now() - stale}
