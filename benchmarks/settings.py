@@ -23,8 +23,12 @@ INSTALLED_APPS = [
 TASKS = {
     "default": {
         "BACKEND": "django_jobs.backend.JobsBackend",
-        "QUEUES": ["default"],
-        "OPTIONS": {"CLAIM_BATCH": int(os.environ.get("BENCH_CLAIM_BATCH", "10"))},
+        # "fair" interleaves tenants (benchmarks/fairness.py measures what that costs).
+        "QUEUES": ["default", "fair"],
+        "OPTIONS": {
+            "CLAIM_BATCH": int(os.environ.get("BENCH_CLAIM_BATCH", "10")),
+            "FAIR_QUEUES": {"fair": {}},
+        },
     }
 }
 LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -8,10 +8,14 @@ is built (Django raises it from ``task_backends[alias]``) and reported by
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -58,8 +62,44 @@ class JobsOptions:
     QUEUE_MAX_DEPTH: Mapping[str, int] = field(default_factory=dict)
     # Queue -> (retries, window seconds): the per-queue retry budget (docs/control.md).
     RETRY_BUDGET: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    # Flow control, per queue (docs/flow.md). A queue named in any of these is
+    # claimed under a per-queue lock, so its limits hold across all workers.
+    # Queue -> most jobs running at once, cluster-wide.
+    QUEUE_CONCURRENCY: Mapping[str, int] = field(default_factory=dict)
+    # Queue -> most running jobs per concurrency_key in it (e.g. 1 per account).
+    KEY_CONCURRENCY: Mapping[str, int] = field(default_factory=dict)
+    # Queue -> {tenant: weight}: claims interleave tenants (weight 1 if unlisted).
+    FAIR_QUEUES: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # Queue -> (jobs, seconds): at most that many claims per fixed window.
+    RATE_LIMITS: Mapping[str, tuple[int, float]] = field(default_factory=dict)
     # ``manage.py jobs prune`` deletes finished jobs older than this by default.
     RETENTION_DAYS: float = 14.0
+    # Periodic schedules declared in code: name -> {"task", "cron", ...} (docs/schedules.md).
+    # Parsed into ScheduleSpec here, so a typo fails at start-up, not at 3 a.m.
+    SCHEDULES: Mapping[str, ScheduleSpec] = field(default_factory=dict)
+    # How often each worker's scheduler thread looks for due schedule ticks.
+    SCHEDULER_SECONDS: float = 1.0
+    # A tick found later than this is "missed": policy "skip" drops it.
+    SCHEDULE_GRACE_SECONDS: float = 60.0
+
+    def constrained(self, queue: str) -> bool:
+        """Whether claims from this queue go through the per-queue flow-control path."""
+        return any(
+            queue in rules
+            for rules in (
+                self.QUEUE_CONCURRENCY,
+                self.KEY_CONCURRENCY,
+                self.FAIR_QUEUES,
+                self.RATE_LIMITS,
+            )
+        )
+
+    def only_fair(self, queue: str) -> bool:
+        """Fair, and no limit that needs exact counts (so no per-queue lock)."""
+        return queue in self.FAIR_QUEUES and not any(
+            queue in rules
+            for rules in (self.QUEUE_CONCURRENCY, self.KEY_CONCURRENCY, self.RATE_LIMITS)
+        )
 
     @classmethod
     def from_mapping(cls, alias: str, options: Mapping[str, Any]) -> JobsOptions:
@@ -99,6 +139,8 @@ class JobsOptions:
             "CANCEL_GRACE_SECONDS",
             "STOP_GRACE_SECONDS",
             "RETENTION_DAYS",
+            "SCHEDULER_SECONDS",
+            "SCHEDULE_GRACE_SECONDS",
         ):
             if getattr(self, name) <= 0:
                 raise ImproperlyConfigured(f"{where}[{name!r}] must be positive.")
@@ -113,28 +155,52 @@ class JobsOptions:
                     f"{where}['QUEUE_MAX_DEPTH'][{queue!r}] must be a whole number of at "
                     f"least 1, not {depth!r}."
                 )
-        for queue, budget in self.RETRY_BUDGET.items():
-            if (
-                not isinstance(budget, tuple | list)
-                or len(budget) != 2
-                or isinstance(budget[0], bool)
-                or not isinstance(budget[0], int)
-                or budget[0] < 1
-                or not isinstance(budget[1], int | float)
-                or budget[1] <= 0
+        for name in ("QUEUE_CONCURRENCY", "KEY_CONCURRENCY"):
+            for queue, limit in getattr(self, name).items():
+                if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                    raise ImproperlyConfigured(
+                        f"{where}[{name!r}][{queue!r}] must be a whole number of at least 1, "
+                        f"not {limit!r}."
+                    )
+        for queue, weights in self.FAIR_QUEUES.items():
+            if not isinstance(weights, Mapping) or not all(
+                isinstance(w, int | float) and not isinstance(w, bool) and w > 0
+                for w in weights.values()
             ):
                 raise ImproperlyConfigured(
-                    f"{where}['RETRY_BUDGET'][{queue!r}] must be (retries, window_seconds) "
-                    f"with retries >= 1 and a positive window, not {budget!r}."
+                    f"{where}['FAIR_QUEUES'][{queue!r}] must be a dict of tenant -> positive "
+                    f"weight (or {{}} for equal shares), not {weights!r}."
                 )
+        for name, pairs in (("RETRY_BUDGET", self.RETRY_BUDGET), ("RATE_LIMITS", self.RATE_LIMITS)):
+            for queue, pair in pairs.items():
+                _check_pair(where, name, queue, pair)
         if self.BACKOFF_CAP_SECONDS < self.BACKOFF_BASE_SECONDS:
             raise ImproperlyConfigured(
                 f"{where}: BACKOFF_CAP_SECONDS must not be below BACKOFF_BASE_SECONDS."
             )
 
 
+def _check_pair(where: str, name: str, queue: str, pair: Any) -> None:
+    if (
+        not isinstance(pair, tuple | list)
+        or len(pair) != 2
+        or isinstance(pair[0], bool)
+        or not isinstance(pair[0], int)
+        or pair[0] < 1
+        or isinstance(pair[1], bool)
+        or not isinstance(pair[1], int | float)
+        or pair[1] <= 0
+    ):
+        raise ImproperlyConfigured(
+            f"{where}[{name!r}][{queue!r}] must be (count, window_seconds) with a count "
+            f">= 1 and a positive window, not {pair!r}."
+        )
+
+
 def _coerce(alias: str, name: str, value: Any, default: Any) -> Any:
     where = f"TASKS[{alias!r}]['OPTIONS'][{name!r}]"
+    if name == "SCHEDULES":
+        return parse_schedules(where, value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ImproperlyConfigured(f"{where} must be True or False, not {value!r}.")
@@ -160,3 +226,142 @@ def _coerce(alias: str, name: str, value: Any, default: Any) -> Any:
     if not isinstance(value, str) or not value:
         raise ImproperlyConfigured(f"{where} must be a non-empty string, not {value!r}.")
     return value
+
+
+# -- periodic schedules ----------------------------------------------------------
+
+MISSED_POLICIES = ("skip", "catch_up")
+# A catch-up enqueues at most this many ticks at once, whatever max_catch_up says:
+# a per-second schedule down for a day must not flood its queue with 86,400 jobs.
+MAX_CATCH_UP_LIMIT = 1000
+# Schedule.name's column width, minus what the idempotency key adds around it.
+MAX_SCHEDULE_NAME = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """One schedule as declared in ``OPTIONS["SCHEDULES"]``, already validated."""
+
+    name: str
+    task: str
+    cron: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    timezone: str = "UTC"
+    missed: str = "skip"
+    max_catch_up: int = 10
+    queue: str = "default"
+    priority: int = 0
+    tenant: str = ""
+
+
+_SPEC_KEYS = {f.name for f in fields(ScheduleSpec)} - {"name"}
+
+
+def cron_problem(expression: Any, timezone_name: str = "UTC") -> str | None:
+    """Why ``expression`` is not a usable cron expression, or None if it is.
+
+    croniter accepts some expressions that never fire (``0 0 31 2 *``), so the
+    check also asks it for the next tick.
+    """
+    if not isinstance(expression, str) or not expression.strip():
+        return f"cron must be a non-empty string, not {expression!r}"
+    try:
+        croniter(expression, datetime.now(ZoneInfo(timezone_name))).get_next(datetime)
+    except (CroniterBadCronError, CroniterBadDateError, ValueError, KeyError) as exc:
+        return f"cron {expression!r} is not valid ({exc})"
+    return None
+
+
+def timezone_problem(name: Any) -> str | None:
+    """Why ``name`` is not an IANA timezone name, or None if it is."""
+    if not isinstance(name, str) or not name:
+        return f"timezone must be an IANA name such as 'Europe/Paris', not {name!r}"
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"timezone {name!r} is not a known IANA timezone"
+    return None
+
+
+def parse_schedules(where: str, value: Any) -> dict[str, ScheduleSpec]:
+    if not isinstance(value, Mapping):
+        raise ImproperlyConfigured(
+            f"{where} must be a dict of schedule name -> dict, not {value!r}."
+        )
+    return {name: _parse_schedule(where, name, spec) for name, spec in value.items()}
+
+
+def _parse_schedule(where: str, name: Any, spec: Any) -> ScheduleSpec:
+    if not isinstance(name, str) or not name or len(name) > MAX_SCHEDULE_NAME:
+        raise ImproperlyConfigured(
+            f"{where}: schedule names must be non-empty strings of at most "
+            f"{MAX_SCHEDULE_NAME} characters, not {name!r}."
+        )
+    here = f"{where}[{name!r}]"
+
+    def fail(message: str) -> ImproperlyConfigured:
+        return ImproperlyConfigured(f"{here}: {message}.")
+
+    if not isinstance(spec, Mapping):
+        raise fail(f"must be a dict with at least 'task' and 'cron', not {spec!r}")
+    unknown = sorted(set(spec) - _SPEC_KEYS)
+    if unknown:
+        raise fail(
+            f"unknown key(s) {', '.join(map(str, unknown))}; known keys are "
+            f"{', '.join(sorted(_SPEC_KEYS))}"
+        )
+    missing = sorted({"task", "cron"} - set(spec))
+    if missing:
+        raise fail(f"missing {' and '.join(missing)}")
+    task = spec["task"]
+    if not isinstance(task, str) or "." not in task or len(task) > 255:
+        raise fail(f"task must be a registered task's module path, not {task!r}")
+    timezone_name = spec.get("timezone", "UTC")
+    if problem := timezone_problem(timezone_name):
+        raise fail(problem)
+    if problem := cron_problem(spec["cron"], timezone_name):
+        raise fail(problem)
+    args = spec.get("args", ())
+    if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
+        raise fail(f"args must be a list, not {args!r}")
+    kwargs = spec.get("kwargs", {})
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise fail(f"kwargs must be a dict keyed by argument name, not {kwargs!r}")
+    try:
+        json.dumps([list(args), dict(kwargs)])
+    except (TypeError, ValueError) as exc:
+        raise fail(f"args and kwargs must be JSON ({exc})") from None
+    missed = spec.get("missed", "skip")
+    if missed not in MISSED_POLICIES:
+        raise fail(f"missed must be one of {', '.join(MISSED_POLICIES)}, not {missed!r}")
+    max_catch_up = spec.get("max_catch_up", 10)
+    if (
+        isinstance(max_catch_up, bool)
+        or not isinstance(max_catch_up, int)
+        or not 1 <= max_catch_up <= MAX_CATCH_UP_LIMIT
+    ):
+        raise fail(
+            f"max_catch_up must be a whole number from 1 to {MAX_CATCH_UP_LIMIT}, "
+            f"not {max_catch_up!r}"
+        )
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
+        raise fail(f"priority must be a whole number from -100 to 100, not {priority!r}")
+    for key, limit, default in (("queue", 100, "default"), ("tenant", 255, "")):
+        text = spec.get(key, default)
+        if not isinstance(text, str) or len(text) > limit or (key == "queue" and not text):
+            raise fail(f"{key} must be a string of at most {limit} characters, not {text!r}")
+    return ScheduleSpec(
+        name=name,
+        task=task,
+        cron=spec["cron"].strip(),
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        timezone=timezone_name,
+        missed=missed,
+        max_catch_up=max_catch_up,
+        queue=spec.get("queue", "default"),
+        priority=priority,
+        tenant=spec.get("tenant", ""),
+    )

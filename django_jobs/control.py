@@ -18,6 +18,9 @@ What each verb does, by state (the table in ``states.TRANSITIONS`` is the truth)
   released. A reason is required.
 * ``release`` — a quarantined job is queued again, with at least one attempt left.
 * ``discard`` — accept the loss of a job that will not succeed; a note is required.
+
+Queues have two verbs of their own, ``pause_queue`` and ``resume_queue``,
+recorded in ``QueueEvent``.
 """
 
 from __future__ import annotations
@@ -142,3 +145,27 @@ def release(job: JobRef, *, actor: Any, note: str = "", backend: str = "default"
 
 def discard(job: JobRef, *, actor: Any, note: str, backend: str = "default") -> Transition:
     return apply("discard", job, actor=actor, note=note, backend=backend)
+
+
+def pause_queue(queue: str, *, actor: Any, note: str = "", backend: str = "default") -> bool:
+    """Stop every worker from claiming jobs of ``queue``; running jobs finish.
+
+    Returns False (and records nothing) if the queue was already paused.
+    """
+    return transitions.set_queue_paused(
+        _database(backend), _known_queue(queue, backend), True, actor_name(actor), note.strip()
+    )
+
+
+def resume_queue(queue: str, *, actor: Any, note: str = "", backend: str = "default") -> bool:
+    """Let workers claim from ``queue`` again; False if it was not paused."""
+    return transitions.set_queue_paused(
+        _database(backend), _known_queue(queue, backend), False, actor_name(actor), note.strip()
+    )
+
+
+def _known_queue(queue: str, backend: str) -> str:
+    queues = task_backends[backend].queues
+    if queues and queue not in queues:
+        raise ValueError(f"Unknown queue {queue!r}; the queues are {', '.join(sorted(queues))}.")
+    return queue

@@ -97,6 +97,22 @@ class Job(models.Model):
             models.Index(
                 fields=["tenant", "-enqueued_at", "-id"], name="django_jobs_tenant_recent_idx"
             ),
+            # Fair claims: the distinct tenants of a queue's queued jobs, and each
+            # tenant's next jobs (the recursive scan in transitions._fair_candidates).
+            models.Index(
+                fields=["queue", "tenant", "-priority", "run_after"],
+                condition=Q(state=JobState.QUEUED),
+                name="django_jobs_fair_idx",
+            ),
+            # Per-key concurrency: running jobs of a key.
+            models.Index(
+                fields=["queue", "concurrency_key"],
+                condition=Q(
+                    state__in=[JobState.RUNNING, JobState.CANCELLING],
+                    concurrency_key__isnull=False,
+                ),
+                name="django_jobs_key_running_idx",
+            ),
             # Search by idempotency key alone (the unique constraint leads with the scope).
             models.Index(
                 fields=["idempotency_key"],
@@ -261,3 +277,122 @@ class RetryWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} {self.window_start:%H:%M:%S}: {self.retries} retries"
+
+
+class QueueState(models.Model):
+    """Whether a queue is paused; every worker's claim obeys it."""
+
+    queue = models.CharField(max_length=100, unique=True)
+    paused = models.BooleanField(default=False)
+    changed_at = models.DateTimeField()
+    changed_by = models.CharField(max_length=255)
+    note = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.queue} ({'paused' if self.paused else 'running'})"
+
+
+class QueueEvent(models.Model):
+    """The audit trail of queue pauses and resumes."""
+
+    queue = models.CharField(max_length=100)
+    at = models.DateTimeField()
+    action = models.CharField(max_length=16)  # "pause" or "resume"
+    actor = models.CharField(max_length=255)
+    note = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        permissions = [("pause_queue", "Can pause and resume queues")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.queue} by {self.actor}"
+
+
+class RateWindow(models.Model):
+    """Jobs claimed from a rate-limited queue in one fixed window."""
+
+    queue = models.CharField(max_length=100)
+    window_start = models.DateTimeField()
+    claims = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "window_start"], name="django_jobs_rate_window_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.window_start:%H:%M:%S}: {self.claims} claims"
+
+
+class Schedule(models.Model):
+    """A periodic schedule: enqueue ``task_name`` at every tick of ``cron``.
+
+    Rows come from ``OPTIONS["SCHEDULES"]`` (``source="settings"``, synced by
+    each worker's scheduler at start) or from the admin (``source="admin"``,
+    never touched by the sync). ``next_fire_at`` is the one moving part: the
+    scheduler that advances it with a compare-and-set is the one that fires
+    the tick, and the tick's idempotency key backs that up (``schedules.py``).
+    """
+
+    class Missed(models.TextChoices):
+        SKIP = "skip", "skip"  # ticks found too late are dropped
+        CATCH_UP = "catch_up", "catch up"  # up to max_catch_up missed ticks fire
+
+    class Source(models.TextChoices):
+        SETTINGS = "settings", "settings"  # declared in code; the sync owns its fields
+        ADMIN = "admin", "admin"  # added by an operator; the sync never touches it
+
+    name = models.CharField(max_length=200, unique=True)
+    backend = models.CharField(max_length=100, default="default")
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.ADMIN)
+    task_name = models.CharField(max_length=255, help_text="Module path of a registered task.")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0, help_text="-100..100, higher runs first.")
+    tenant = models.CharField(max_length=255, blank=True, default="")
+    cron = models.CharField(
+        max_length=255,
+        help_text="Five fields (minute hour day month weekday), or six with seconds last.",
+    )
+    timezone = models.CharField(
+        max_length=64, default="UTC", help_text="IANA name the cron is read in."
+    )
+    enabled = models.BooleanField(default=True)
+    missed = models.CharField(max_length=16, choices=Missed.choices, default=Missed.SKIP)
+    max_catch_up = models.PositiveIntegerField(
+        default=10, help_text="With catch up: most missed ticks enqueued at once."
+    )
+    next_fire_at = models.DateTimeField(
+        null=True, blank=True, help_text="The next tick to fire (UTC); empty: computed soon."
+    )
+    last_fired_at = models.DateTimeField(
+        null=True, blank=True, help_text="The latest tick that was enqueued."
+    )
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            # The scheduler's poll: enabled schedules of one backend that are due.
+            models.Index(
+                fields=["backend", "next_fire_at"],
+                condition=Q(enabled=True),
+                name="django_jobs_schedule_due_idx",
+            ),
+        ]
+        permissions = [("run_schedule", "Can run schedules now")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100, priority__lte=100),
+                name="django_jobs_schedule_priority_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

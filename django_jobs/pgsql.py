@@ -20,17 +20,74 @@ def _states(transition: Transition) -> str:
 # CTE evaluates it exactly once. The WHERE/ORDER BY match the partial index
 # django_jobs_claim_idx (queue, priority DESC, run_after) WHERE state='queued'.
 # now() is the transaction's start, the same instant for every row and lease.
-CLAIM = f"""
-WITH picked AS (
+_PICK_PLAIN = f"""
     SELECT id
     FROM django_jobs_job
     WHERE state = '{JobState.QUEUED}'
       AND queue = ANY(%(queues)s)
       AND run_after <= now()
       AND (expires_at IS NULL OR expires_at > now())
+      AND queue NOT IN (SELECT queue FROM django_jobs_queuestate WHERE paused)
     ORDER BY priority DESC, run_after
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+"""
+
+# A fair queue's pick: the head of each tenant's line (a recursive scan of the
+# distinct tenants on django_jobs_fair_idx, one probe per tenant, then each
+# tenant's next jobs), ranked by (jobs the tenant already runs + turn - 0.5)
+# / weight, so running slots are shared in proportion to the weights.
+_PICK_FAIR = f"""
+    WITH RECURSIVE tenants AS (
+        (SELECT tenant FROM django_jobs_job
+         WHERE state = '{JobState.QUEUED}' AND queue = %(queue)s
+         ORDER BY tenant LIMIT 1)
+        UNION ALL
+        SELECT (SELECT job.tenant FROM django_jobs_job AS job
+                WHERE job.state = '{JobState.QUEUED}' AND job.queue = %(queue)s
+                  AND job.tenant > tenants.tenant
+                ORDER BY job.tenant LIMIT 1)
+        FROM tenants WHERE tenants.tenant IS NOT NULL
+    ), heads AS (
+        SELECT head.id, head.priority, head.run_after, tenants.tenant,
+               row_number() OVER (PARTITION BY tenants.tenant
+                                  ORDER BY head.priority DESC, head.run_after) AS turn
+        FROM tenants
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_after
+            FROM django_jobs_job AS job
+            WHERE job.state = '{JobState.QUEUED}' AND job.queue = %(queue)s
+              AND job.tenant = tenants.tenant
+              AND job.run_after <= now()
+              AND (job.expires_at IS NULL OR job.expires_at > now())
+            ORDER BY job.priority DESC, job.run_after
+            LIMIT %(limit)s
+        ) AS head
+        WHERE tenants.tenant IS NOT NULL
+          AND %(queue)s NOT IN (SELECT queue FROM django_jobs_queuestate WHERE paused)
+    ), running AS (
+        SELECT tenant, count(*) AS n FROM django_jobs_job
+        WHERE queue = %(queue)s AND state IN ({_states(Transition.COMPLETE)})
+        GROUP BY tenant
+    ), weights AS (
+        SELECT * FROM unnest(%(weight_tenants)s::text[], %(weights)s::float8[]) AS w(tenant, weight)
+    ), ranked AS (
+        SELECT heads.id
+        FROM heads
+        LEFT JOIN running ON running.tenant = heads.tenant
+        LEFT JOIN weights ON weights.tenant = heads.tenant
+        ORDER BY (COALESCE(running.n, 0) + heads.turn - 0.5) / COALESCE(weights.weight, 1.0),
+                 heads.priority DESC, heads.run_after
+        LIMIT %(limit)s
+    )
+    SELECT id FROM django_jobs_job
+    WHERE id IN (SELECT id FROM ranked) AND state = '{JobState.QUEUED}'
+    FOR UPDATE SKIP LOCKED
+"""
+
+# Everything after the pick: mark the picked rows running and give each an
+# attempt and a lease, in the same statement.
+_CLAIM_REST = f"""
 ), claimed AS (
     UPDATE django_jobs_job AS job
     SET state = '{TRANSITIONS[Transition.CLAIM].target}',
@@ -66,7 +123,11 @@ FROM claimed
 JOIN attempt ON attempt.job_id = claimed.id
 JOIN lease ON lease.job_id = claimed.id
 ORDER BY claimed.priority DESC, claimed.run_after
+
 """
+
+CLAIM = f"WITH picked AS ({_PICK_PLAIN}{_CLAIM_REST}"
+CLAIM_FAIR = f"WITH picked AS ({_PICK_FAIR}{_CLAIM_REST}"
 
 # Success, for a batch: end the leases this worker still holds under these
 # tokens, and only for those, mark the job succeeded and the attempt too.
@@ -109,4 +170,33 @@ WITH report AS (
 )
 SELECT ended.job_id, ended.token, job.id IS NOT NULL
 FROM ended LEFT JOIN job ON job.id = ended.job_id
+"""
+
+# Fair candidates: the distinct tenants of a queue's queued jobs by a
+# recursive "loose index scan" (one index probe per tenant instead of reading
+# the whole backlog), then each tenant's next jobs. Ranking across tenants is
+# done in Python (transitions._fair_candidates), where the weights are.
+FAIR_CANDIDATES = """
+WITH RECURSIVE tenants AS (
+    (SELECT tenant FROM django_jobs_job
+     WHERE state = %(state)s AND queue = %(queue)s
+     ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT job.tenant FROM django_jobs_job AS job
+            WHERE job.state = %(state)s AND job.queue = %(queue)s AND job.tenant > tenants.tenant
+            ORDER BY job.tenant LIMIT 1)
+    FROM tenants WHERE tenants.tenant IS NOT NULL
+)
+SELECT head.id, tenants.tenant, head.priority, head.run_after, head.concurrency_key
+FROM tenants
+CROSS JOIN LATERAL (
+    SELECT id, priority, run_after, concurrency_key
+    FROM django_jobs_job AS job
+    WHERE job.state = %(state)s AND job.queue = %(queue)s AND job.tenant = tenants.tenant
+      AND job.run_after <= now()
+      AND (job.expires_at IS NULL OR job.expires_at > now())
+    ORDER BY job.priority DESC, job.run_after
+    LIMIT %(k)s
+) AS head
+WHERE tenants.tenant IS NOT NULL
 """

@@ -35,14 +35,25 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import F, Value
+from django.db.models import Count, F, QuerySet, Value
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from . import pgsql
+from .conf import JobsOptions
 from .exceptions import InvalidTransitionError, JobNotFoundError
-from .models import Attempt, Job, JobEvent, Lease, RetryWindow, Worker
+from .models import (
+    Attempt,
+    Job,
+    JobEvent,
+    Lease,
+    QueueEvent,
+    QueueState,
+    RateWindow,
+    RetryWindow,
+    Worker,
+)
 from .retry import Decision, Verdict
 from .signals import send_on_commit, signal_listeners
 from .states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition, allowed
@@ -143,86 +154,134 @@ def claim(
     queues: Sequence[str],
     limit: int,
     lease_seconds: float,
+    rules: JobsOptions | None = None,
 ) -> list[Claimed]:
     """Lease up to ``limit`` ready jobs, highest priority then oldest first.
 
-    One short transaction: lock the rows (``SKIP LOCKED``, so concurrent
-    claimers take disjoint batches instead of queueing behind each other),
-    mark them running, write one attempt and one lease each. The task itself
-    runs after this commits, outside any transaction of ours.
+    One short transaction per batch: lock the rows (``SKIP LOCKED``, so
+    concurrent claimers take disjoint batches instead of queueing behind each
+    other), mark them running, write one attempt and one lease each. The task
+    itself runs after this commits, outside any transaction of ours.
+
+    Paused queues are skipped. Queues with flow-control rules (concurrency
+    limits, fairness, rate limits: ``rules``) are claimed one by one under a
+    per-queue lock after the others, so their limits hold across every worker;
+    priority therefore orders jobs within that split, not across it.
     """
     if limit < 1:
         return []
-    if connections[db].vendor == "postgresql":
-        return _claim_postgresql(db, worker, queues, limit, lease_seconds)
-    with transaction.atomic(using=db):
-        rows = list(
-            Job.objects.using(db)
-            .select_for_update(skip_locked=True, of=("self",))
-            .filter(state=JobState.QUEUED, queue__in=queues, run_after__lte=Now())
-            # Never start a job after its deadline; the reaper marks it expired.
-            .exclude(expires_at__lte=Now())
-            .order_by("-priority", "run_after")
-            .annotate(db_now=Now())
-            .only(
-                "id",
-                "task_name",
-                "args",
-                "kwargs",
-                "queue",
-                "priority",
-                "attempts",
-                "max_attempts",
-                "timeout",
-                "tenant",
-                "idempotency_key",
-                "backend",
-                "enqueued_at",
-                "started_at",
-                "lost_streak",
-            )[:limit]
-        )
-        if not rows:
-            return []
-        now: datetime = rows[0].db_now
-        expires = now + timedelta(seconds=lease_seconds)
-        updated = (
-            Job.objects.using(db)
-            .filter(id__in=[r.id for r in rows], state__in=_sources(Transition.CLAIM))
-            .update(
-                state=_target(Transition.CLAIM),
-                attempts=F("attempts") + 1,
-                started_at=Coalesce(F("started_at"), Value(now)),
-                updated_at=now,
+    postgresql = connections[db].vendor == "postgresql"
+    plain = [q for q in queues if rules is None or not rules.constrained(q)]
+    got: list[Claimed] = []
+    if plain:
+        if postgresql:
+            got = _claim_postgresql(db, worker, plain, limit, lease_seconds)
+        else:
+            with transaction.atomic(using=db):
+                rows = list(
+                    _ready(db, plain)
+                    .exclude(queue__in=_paused(db))
+                    .select_for_update(skip_locked=True, of=("self",))
+                    .order_by("-priority", "run_after")
+                    .only(*_CLAIM_FIELDS)[:limit]
+                )
+                got = _lease(db, worker, rows, lease_seconds)
+    for queue in queues:
+        if len(got) >= limit or queue in plain or rules is None:
+            continue
+        if postgresql and rules.only_fair(queue):
+            # Fairness needs no counts kept exact, so no lock: one statement.
+            got += _claim_postgresql(
+                db, worker, [queue], limit - len(got), lease_seconds, rules.FAIR_QUEUES[queue]
             )
+        else:
+            got += _claim_constrained(db, worker, queue, limit - len(got), lease_seconds, rules)
+    return got
+
+
+_CLAIM_FIELDS = (
+    "id",
+    "task_name",
+    "args",
+    "kwargs",
+    "queue",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "timeout",
+    "tenant",
+    "idempotency_key",
+    "backend",
+    "enqueued_at",
+    "started_at",
+    "lost_streak",
+    "concurrency_key",
+)
+
+# Namespace of our advisory locks (the first key of pg_advisory_xact_lock's pair).
+_LOCK_NAMESPACE = 0x6A6F6273  # "jobs"
+
+
+def _ready(db: str, queues: Sequence[str]) -> QuerySet[Job]:
+    return (
+        Job.objects.using(db)
+        .filter(state=JobState.QUEUED, queue__in=queues, run_after__lte=Now())
+        # Never start a job after its deadline; the reaper marks it expired.
+        .exclude(expires_at__lte=Now())
+    )
+
+
+def _paused(db: str) -> QuerySet[QueueState, str]:
+    return QueueState.objects.using(db).filter(paused=True).values_list("queue", flat=True)
+
+
+def _lease(
+    db: str, worker: WorkerIdentity, rows: Sequence[Job], lease_seconds: float
+) -> list[Claimed]:
+    """Mark locked, queued rows running and give each an attempt and a lease."""
+    if not rows:
+        return []
+    now = timezone.now()
+    expires = now + timedelta(seconds=lease_seconds)
+    updated = (
+        Job.objects.using(db)
+        .filter(id__in=[r.id for r in rows], state__in=_sources(Transition.CLAIM))
+        .update(
+            state=_target(Transition.CLAIM),
+            attempts=F("attempts") + 1,
+            started_at=Coalesce(F("started_at"), Value(now)),
+            updated_at=now,
         )
-        # We hold the row locks, so nobody can have moved these rows since the
-        # SELECT; a mismatch means the locking assumption is broken.
-        assert updated == len(rows), f"claimed {len(rows)} rows but updated {updated}"
-        attempts = Attempt.objects.using(db).bulk_create(
-            Attempt(
-                job_id=r.id,
-                number=r.attempts + 1,
-                worker_id=worker.id,
-                worker_name=worker.name,
-                started_at=now,
-            )
-            for r in rows
+    )
+    # We hold the row locks, so nobody can have moved these rows since the
+    # SELECT; a mismatch means the locking assumption is broken.
+    assert updated == len(rows), f"claimed {len(rows)} rows but updated {updated}"
+    attempts = Attempt.objects.using(db).bulk_create(
+        Attempt(
+            job_id=r.id,
+            number=r.attempts + 1,
+            worker_id=worker.id,
+            worker_name=worker.name,
+            started_at=now,
         )
-        Lease.objects.using(db).bulk_create(
-            Lease(
-                job_id=r.id,
-                attempt_id=a.pk,
-                token=a.number,
-                worker_id=worker.id,
-                acquired_at=now,
-                renewed_at=now,
-                expires_at=expires,
-            )
-            for r, a in zip(rows, attempts, strict=True)
+        for r in rows
+    )
+    Lease.objects.using(db).bulk_create(
+        Lease(
+            job_id=r.id,
+            attempt_id=a.pk,
+            token=a.number,
+            worker_id=worker.id,
+            acquired_at=now,
+            renewed_at=now,
+            # The reaper compares with the database clock; on SQLite (one host)
+            # that is this host's clock too.
+            expires_at=expires,
         )
-        for r in rows:
-            send_on_commit(db, r.id, Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)
+        for r, a in zip(rows, attempts, strict=True)
+    )
+    for r in rows:
+        send_on_commit(db, r.id, Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)
     return [
         Claimed(
             job_id=r.id,
@@ -247,14 +306,175 @@ def claim(
     ]
 
 
+def _claim_constrained(
+    db: str,
+    worker: WorkerIdentity,
+    queue: str,
+    limit: int,
+    lease_seconds: float,
+    rules: JobsOptions,
+) -> list[Claimed]:
+    """Claim from one flow-controlled queue: limits counted under a per-queue lock.
+
+    The lock is taken in a statement of its own, so the counts read after it
+    see every claim committed by whoever held it before (READ COMMITTED takes
+    a fresh snapshot per statement). On SQLite, BEGIN IMMEDIATE already
+    serialises every claim.
+    """
+    with transaction.atomic(using=db):
+        if connections[db].vendor == "postgresql":
+            with connections[db].cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_NAMESPACE, queue]
+                )
+        if QueueState.objects.using(db).filter(queue=queue, paused=True).exists():
+            return []
+        budget = limit
+        leased = [str(s) for s in TRANSITIONS[Transition.COMPLETE].sources]
+        if queue in rules.QUEUE_CONCURRENCY:
+            running = Job.objects.using(db).filter(queue=queue, state__in=leased).count()
+            budget = min(budget, rules.QUEUE_CONCURRENCY[queue] - running)
+        window: RateWindow | None = None
+        if queue in rules.RATE_LIMITS:
+            allowed, seconds = rules.RATE_LIMITS[queue]
+            window = _window(db, queue, seconds)
+            budget = min(budget, allowed - window.claims)
+        if budget <= 0:
+            return []
+        key_limit = rules.KEY_CONCURRENCY.get(queue)
+        # Room for candidates that per-key limits will turn down.
+        want = budget * 4 if key_limit is not None else budget
+        if queue in rules.FAIR_QUEUES:
+            candidates = _fair_candidates(db, queue, want, rules.FAIR_QUEUES[queue])
+        else:
+            candidates = list(
+                _ready(db, [queue])
+                .order_by("-priority", "run_after")
+                .values_list("id", "concurrency_key")[:want]
+            )
+        chosen = _within_key_limits(db, queue, candidates, key_limit, budget)
+        locked = {
+            job.id: job
+            for job in _ready(db, [queue])
+            .filter(id__in=chosen)
+            .select_for_update(skip_locked=True, of=("self",))
+            .only(*_CLAIM_FIELDS)
+        }
+        rows = [locked[job_id] for job_id in chosen if job_id in locked]
+        if window is not None and rows:
+            RateWindow.objects.using(db).filter(pk=window.pk).update(claims=F("claims") + len(rows))
+        return _lease(db, worker, rows, lease_seconds)
+
+
+def _window(db: str, queue: str, seconds: float) -> RateWindow:
+    now = timezone.now()
+    start = datetime.fromtimestamp(math.floor(now.timestamp() / seconds) * seconds, tz=UTC)
+    window, _ = RateWindow.objects.using(db).get_or_create(queue=queue, window_start=start)
+    return window
+
+
+def _within_key_limits(
+    db: str,
+    queue: str,
+    candidates: Sequence[tuple[uuid.UUID, str | None]],
+    key_limit: int | None,
+    budget: int,
+) -> list[uuid.UUID]:
+    """Candidates in order, skipping those whose concurrency key is at its limit."""
+    if key_limit is None:
+        return [job_id for job_id, _ in candidates[:budget]]
+    keys = {key for _, key in candidates if key is not None}
+    running = dict(
+        Job.objects.using(db)
+        .filter(
+            queue=queue,
+            concurrency_key__in=keys,
+            state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources],
+        )
+        .values_list("concurrency_key")
+        .annotate(n=Count("id"))
+    )
+    chosen: list[uuid.UUID] = []
+    for job_id, key in candidates:
+        if key is not None:
+            if running.get(key, 0) >= key_limit:
+                continue
+            running[key] = running.get(key, 0) + 1
+        chosen.append(job_id)
+        if len(chosen) == budget:
+            break
+    return chosen
+
+
+def _fair_candidates(
+    db: str, queue: str, want: int, weights: Mapping[str, float]
+) -> list[tuple[uuid.UUID, str | None]]:
+    """The next ``want`` jobs of a queue, tenants interleaved by weight.
+
+    A tenant already running r jobs has its next job rank at (r + 0.5) / weight,
+    the one after at (r + 1.5) / weight, and so on: running slots are shared
+    in proportion to the weights, and a tenant with 100,000 jobs queued first
+    and one with 10 queued later take turns from the first claim. Only the
+    head of each tenant's line is read (``want`` jobs each), found by a
+    recursive scan of the distinct tenants on django_jobs_fair_idx: the cost
+    grows with the number of tenants, not with the backlog.
+    """
+    params: dict[str, Any] = {"queue": queue, "state": str(JobState.QUEUED), "k": want}
+    if connections[db].vendor == "postgresql":
+        sql = pgsql.FAIR_CANDIDATES
+    else:
+        sql = _SQLITE_FAIR_CANDIDATES
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    # Turns continue from what each tenant already runs, so the shares hold
+    # across batches and for long jobs, not just within one claim.
+    per_tenant: dict[str, int] = dict(
+        Job.objects.using(db)
+        .filter(queue=queue, state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources])
+        .values_list("tenant")
+        .annotate(n=Count("id"))
+    )
+    ranked = []
+    for job_id, tenant, priority, run_after, key in rows:
+        turn = per_tenant.get(tenant, 0) + 1
+        per_tenant[tenant] = turn
+        # Midpoints (turn - 0.5), as in Sainte-Laguë apportionment: each batch
+        # then splits in proportion to the weights, not in favour of the largest.
+        share = (turn - 0.5) / float(weights.get(tenant, 1.0))
+        ranked.append((share, -priority, run_after, job_id, key))
+    ranked.sort(key=lambda row: row[:3])
+    return [(_as_uuid(job_id), key) for *_, job_id, key in ranked[:want]]
+
+
+def _as_uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+# SQLite has no FOR UPDATE and serialises claims anyway; a window function
+# over the queue's ready jobs is simple and fast enough at one host's scale.
+_SQLITE_FAIR_CANDIDATES = """
+SELECT id, tenant, priority, run_after, concurrency_key FROM (
+    SELECT id, tenant, priority, run_after, concurrency_key,
+           row_number() OVER (PARTITION BY tenant ORDER BY priority DESC, run_after) AS turn
+    FROM django_jobs_job
+    WHERE state = %(state)s AND queue = %(queue)s
+      AND run_after <= STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')
+      AND (expires_at IS NULL OR expires_at > STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW'))
+)
+WHERE turn <= %(k)s
+"""
+
+
 def _claim_postgresql(
     db: str,
     worker: WorkerIdentity,
     queues: Sequence[str],
     limit: int,
     lease_seconds: float,
+    fair_weights: Mapping[str, float] | None = None,
 ) -> list[Claimed]:
-    """The same claim in one statement (pgsql.CLAIM): one round trip per batch."""
+    """The same claim in one statement (pgsql.CLAIM, or CLAIM_FAIR for one fair queue)."""
     params: dict[str, Any] = {
         "queues": list(queues),
         "limit": limit,
@@ -262,8 +482,16 @@ def _claim_postgresql(
         "worker_name": worker.name,
         "lease_seconds": lease_seconds,
     }
+    sql = pgsql.CLAIM
+    if fair_weights is not None:
+        sql = pgsql.CLAIM_FAIR
+        params.update(
+            queue=queues[0],
+            weight_tenants=list(fair_weights),
+            weights=[float(w) for w in fair_weights.values()],
+        )
     with transaction.atomic(using=db), connections[db].cursor() as cursor:
-        cursor.execute(pgsql.CLAIM, params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
         if signal_listeners(Transition.CLAIM):
             for row in rows:
@@ -772,6 +1000,36 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
             wake_on_commit(db, job.queue)
         send_on_commit(db, job_id, transition, job.state, _target(transition), actor, note)
     return transition
+
+
+def set_queue_paused(db: str, queue: str, paused: bool, actor: str, note: str = "") -> bool:
+    """Pause or resume a queue for every worker; False if it already was.
+
+    Workers read the flag in every claim, so the change takes effect at their
+    next claim; jobs already running finish normally.
+    """
+    now = timezone.now()
+    with transaction.atomic(using=db):
+        state, _ = (
+            QueueState.objects.using(db)
+            .select_for_update()
+            .get_or_create(queue=queue, defaults={"changed_at": now, "changed_by": actor[:255]})
+        )
+        if state.paused == paused:
+            return False
+        QueueState.objects.using(db).filter(pk=state.pk, paused=state.paused).update(
+            paused=paused, changed_at=now, changed_by=actor[:255], note=note
+        )
+        QueueEvent.objects.using(db).create(
+            queue=queue,
+            at=now,
+            action="pause" if paused else "resume",
+            actor=actor[:255],
+            note=note,
+        )
+        if not paused:
+            wake_on_commit(db, queue)
+    return True
 
 
 def _audit(

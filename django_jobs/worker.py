@@ -59,6 +59,7 @@ from .models import Job
 from .payload import check_result
 from .results import JobResult
 from .retry import Decision, Verdict
+from .schedules import Scheduler
 from .states import LIVE_STATES, AttemptOutcome, JobState, django_status
 from .tasks import JobContext
 from .transitions import Claimed, Report, WorkerIdentity
@@ -174,6 +175,8 @@ class Worker:
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="django-jobs-heartbeat")
         heartbeat.daemon = True
         heartbeat.start()
+        # Every worker runs a scheduler; each tick still fires once (schedules.py).
+        Scheduler(self.backend, self.stopping).start()
         listener = None
         if self.settings.LISTEN and connections[self.db].vendor == "postgresql":
             listener = Listener(self.db, self.queues, self.wake.set, self.stopping)
@@ -308,7 +311,12 @@ class Worker:
         limit = min(free, self.settings.CLAIM_BATCH)
         try:
             return transitions.claim(
-                self.db, self.identity, self.queues, limit, self.settings.LEASE_SECONDS
+                self.db,
+                self.identity,
+                self.queues,
+                limit,
+                self.settings.LEASE_SECONDS,
+                self.settings,
             )
         except DatabaseError as exc:
             self._db_fault("claim", exc)

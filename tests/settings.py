@@ -131,6 +131,19 @@ TASKS = {
             "BACKOFF_CAP_SECONDS": 0.5,
         },
     },
+    # Flow control: every rule on a queue of its own, and polling instead of LISTEN.
+    "flow": {
+        "BACKEND": "django_jobs.backend.JobsBackend",
+        "QUEUES": ["default", "limited", "keyed", "fair", "rated"],
+        "OPTIONS": {
+            "LISTEN": False,
+            "POLL_SECONDS": 0.2,
+            "QUEUE_CONCURRENCY": {"limited": 2},
+            "KEY_CONCURRENCY": {"keyed": 1},
+            "FAIR_QUEUES": {"fair": {}},
+            "RATE_LIMITS": {"rated": (5, 1.0)},
+        },
+    },
     "sqlite": {
         "BACKEND": "django_jobs.backend.JobsBackend",
         "QUEUES": ["default", "other"],

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from django_jobs.admin import actions
 from django_jobs.admin.pagination import EstimatedCountPaginator
-from django_jobs.models import Attempt, Job, JobEvent, Lease, Worker
+from django_jobs.models import Attempt, Job, JobEvent, Lease, QueueEvent, QueueState, Worker
 from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState
 
 pytestmark = pytest.mark.postgres
@@ -609,11 +609,31 @@ def test_dashboard__lists_live_workers_with_running_jobs_and_marks_stale_ones(
     assert '<span class="dj-badge dj-worker-stale">stale</span>' in response.content.decode()
 
 
-def test_dashboard__keeps_named_places_for_queue_pause_and_schedules(admin_client: Client) -> None:
-    html = admin_client.get(DASHBOARD_URL).content.decode()
+def test_dashboard__pauses_and_resumes_a_queue_with_audit(admin_client: Client) -> None:
+    url = reverse("admin:django_jobs_queue_pause", args=["other"])
 
-    assert "Pausing and resuming a queue is not available yet" in html
-    assert "Periodic schedules are not available yet" in html
+    admin_client.post(url, {"pause": "1", "note": "provider down"})
+    paused_html = admin_client.get(DASHBOARD_URL).content.decode()
+    admin_client.post(url, {"pause": "0"})
+
+    events = list(QueueEvent.objects.order_by("at").values_list("action", "note"))
+    assert events == [("pause", "provider down"), ("resume", "")]
+    assert 'value="Resume"' in paused_html
+    assert QueueState.objects.get(queue="other").paused is False
+
+
+def test_dashboard__pausing_needs_its_permission(db: None) -> None:
+    user = User.objects.create_user("viewer", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client = Client()
+    client.force_login(user)
+    url = reverse("admin:django_jobs_queue_pause", args=["other"])
+
+    html = client.get(DASHBOARD_URL).content.decode()
+    response = client.post(url, {"pause": "1"})
+
+    assert (response.status_code, 'value="Pause"' in html) == (403, False)
+    assert not QueueState.objects.exists()
 
 
 def test_dashboard__needs_permission_to_view_jobs(db: None) -> None:

@@ -8,6 +8,7 @@ autodiscovery expects.
 """
 
 from .jobs import JobAdmin
+from .schedules import ScheduleAdmin
 from .workers import WorkerAdmin
 
-__all__ = ["JobAdmin", "WorkerAdmin"]
+__all__ = ["JobAdmin", "ScheduleAdmin", "WorkerAdmin"]

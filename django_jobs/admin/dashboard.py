@@ -10,9 +10,9 @@ through the partial claim/lease indexes, finished work through the
 ``finished_at`` index limited to the last hour. Nothing here counts the whole
 history, which is most of a production table.
 
-Queue pause/resume and periodic schedules are not built yet; the template
-keeps a named place for each (``queue_controls`` and ``schedules`` blocks)
-and shows no made-up data meanwhile.
+Queue pause/resume is not built yet; the template keeps a named place for
+it (``queue_controls`` blocks). Schedules are listed soonest first, with when
+each fires next (at most ``SCHEDULES_SHOWN``; the schedules page has them all).
 """
 
 from __future__ import annotations
@@ -22,17 +22,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, IntegerField, Min, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.tasks import task_backends
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from .. import control
 from ..backend import JobsBackend
-from ..models import Job, Lease, Worker
+from ..models import Job, Lease, QueueState, Schedule, Worker
 from ..states import JobState
 
 if TYPE_CHECKING:
@@ -44,6 +52,7 @@ FAILURE_STATES = (JobState.FAILED, JobState.EXHAUSTED, JobState.EXPIRED)
 HELD_STATES = (JobState.QUARANTINED,)
 SHOWN_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING, *HELD_STATES)
 WINDOWS = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1)}
+SCHEDULES_SHOWN = 50
 
 
 @dataclass
@@ -152,7 +161,7 @@ def live_workers(db: str, now: datetime, stale_after: timedelta) -> list[WorkerR
     ]
 
 
-def _row(queue: QueueStats, now: datetime) -> dict[str, Any]:
+def _row(queue: QueueStats, now: datetime, paused: set[str]) -> dict[str, Any]:
     """One table row, every cell computed here so the template only prints."""
     return {
         "name": queue.name,
@@ -164,6 +173,7 @@ def _row(queue: QueueStats, now: datetime) -> dict[str, Any]:
         "succeeded": [queue.succeeded.get(key, 0) for key in WINDOWS],
         "failures": [queue.failures.get(key, 0) for key in WINDOWS],
         "failing": any(queue.failures.values()),
+        "paused": queue.name in paused,
     }
 
 
@@ -175,6 +185,9 @@ def view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
     stale_after = timedelta(seconds=backend.settings.WORKER_STALE_SECONDS)
     queues = queue_stats(backend.db, set(backend.queues or ()), now)
     workers = live_workers(backend.db, now, stale_after)
+    paused = set(
+        QueueState.objects.using(backend.db).filter(paused=True).values_list("queue", flat=True)
+    )
     opts = model_admin.model._meta
     context = {
         **model_admin.admin_site.each_context(request),
@@ -182,10 +195,43 @@ def view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
         "subtitle": None,
         "opts": opts,
         "now": now,
-        "queues": [_row(queue, now) for queue in queues],
+        "queues": [_row(queue, now, paused) for queue in queues],
+        "can_pause": request.user.has_perm("django_jobs.pause_queue"),
         "depth_states": [state for state in SHOWN_STATES if state != JobState.QUEUED],
         "workers": workers,
         "stale_seconds": backend.settings.WORKER_STALE_SECONDS,
+        # Enabled first, soonest first; a disabled schedule's next_fire_at is stale.
+        "schedules": list(
+            Schedule.objects.using(backend.db).order_by("-enabled", "next_fire_at", "name")[
+                :SCHEDULES_SHOWN
+            ]
+        ),
         "media": model_admin.media,
     }
     return TemplateResponse(request, "django_jobs/admin/dashboard.html", context)
+
+
+def pause_view(model_admin: JobAdmin, request: HttpRequest, queue: str) -> HttpResponse:
+    """Pause or resume one queue from the dashboard, through control.pause_queue/resume_queue."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not request.user.has_perm("django_jobs.pause_queue"):
+        raise PermissionDenied
+    pause = request.POST.get("pause") == "1"
+    note = request.POST.get("note", "")
+    verb = control.pause_queue if pause else control.resume_queue
+    try:
+        changed = verb(queue, actor=request.user, note=note)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    else:
+        done = _("paused") if pause else _("resumed")
+        if changed:
+            messages.success(
+                request, _("Queue %(queue)s %(done)s.") % {"queue": queue, "done": done}
+            )
+        else:
+            messages.info(
+                request, _("Queue %(queue)s was already %(done)s.") % {"queue": queue, "done": done}
+            )
+    return HttpResponseRedirect(reverse("admin:django_jobs_dashboard"))

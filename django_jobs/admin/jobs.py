@@ -442,6 +442,11 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return [
             path("dashboard/", wrap(self.dashboard_view), name="django_jobs_dashboard"),
             path(
+                "dashboard/queue/<str:queue>/pause/",
+                wrap(self.pause_view),
+                name="django_jobs_queue_pause",
+            ),
+            path(
                 "<uuid:object_id>/do/<slug:verb_name>/",
                 wrap(self.verb_view),
                 name="django_jobs_job_verb",
@@ -454,3 +459,6 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def dashboard_view(self, request: HttpRequest) -> TemplateResponse:
         return dashboard.view(self, request)
+
+    def pause_view(self, request: HttpRequest, queue: str) -> HttpResponse:
+        return dashboard.pause_view(self, request, queue)

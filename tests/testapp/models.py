@@ -19,3 +19,15 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return self.number
+
+
+class Probe(models.Model):
+    """When a job ran, to find overlaps that concurrency limits must prevent."""
+
+    job_id = models.UUIDField()
+    key = models.CharField(max_length=50, blank=True, default="")
+    started = models.FloatField()
+    ended = models.FloatField()
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.started:.3f}-{self.ended:.3f}"

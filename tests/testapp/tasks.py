@@ -14,7 +14,7 @@ from django.tasks import task
 from django_jobs import RetryLater
 from django_jobs.tasks import JobContext
 
-from .models import Ledger
+from .models import Ledger, Probe
 
 
 @task
@@ -156,3 +156,11 @@ def reports_progress(context: JobContext, steps: int) -> str:
 @task
 def summary(order: str) -> dict[str, Any]:
     return {"order": order, "lines": [1, 2, 3], "paid": True}
+
+
+@task(takes_context=True)
+def probe(context: JobContext, seconds: float, key: str = "") -> None:
+    """Record the interval this job ran in (see Probe)."""
+    started = time.time()
+    time.sleep(seconds)
+    Probe.objects.create(job_id=context.job_id, key=key, started=started, ended=time.time())

@@ -1,0 +1,133 @@
+"""The cost of tenant fairness: the same backlog drained from a plain and a fair queue.
+
+Tenant A's jobs are queued first, tenant B's after. In the plain queue B waits
+for all of A; in the fair queue B's jobs start among the first claims. The
+figure that matters is the ratio of drain rates (fair / plain), measured in
+the same run.
+
+    .venv/bin/python -m benchmarks.fairness --a-jobs 20000 --b-jobs 100 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+
+from benchmarks.drain import ROOT, ensure_database, setup_django
+
+
+def queue_backlog(queue: str, a_jobs: int, b_jobs: int) -> None:
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from benchmarks.benchapp.tasks import noop
+    from django_jobs.enqueue import new_job
+    from django_jobs.models import Job
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE django_jobs_job, django_jobs_worker, django_jobs_retrywindow CASCADE"
+        )
+    now = timezone.now()
+
+    def jobs(tenant: str, count: int) -> list[Job]:
+        return [
+            new_job(
+                backend="default",
+                task_name=noop.module_path,
+                task_version="",
+                args=[],
+                kwargs={},
+                queue=queue,
+                priority=0,
+                run_after=now,
+                expires_at=None,
+                tenant=tenant,
+                initiator="",
+                idempotency_key=None,
+                concurrency_key=None,
+                max_attempts=1,
+                timeout=None,
+            )
+            for _ in range(count)
+        ]
+
+    with transaction.atomic():
+        Job.objects.bulk_create(jobs("a", a_jobs), batch_size=5000)
+        Job.objects.bulk_create(jobs("b", b_jobs), batch_size=5000)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE django_jobs_job")
+
+
+def drain(queue: str, worker_args: str) -> tuple[float, int]:
+    """Jobs/s to the last finish, and how many jobs started before B's last one did."""
+    from django.db.models import Count, Max, Min
+
+    from django_jobs.models import Attempt, Job
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "benchmarks.settings"}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "django",
+            "runworkers",
+            "--burst",
+            "-v",
+            "0",
+            "--queues",
+            queue,
+            *shlex.split(worker_args),
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    span = Attempt.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
+    total = Job.objects.aggregate(n=Count("id"))["n"]
+    rate = total / (span["last"] - span["first"]).total_seconds()
+    last_b = Attempt.objects.filter(job__tenant="b").aggregate(at=Max("started_at"))["at"]
+    before = Attempt.objects.filter(started_at__lt=last_b).count()
+    return rate, before
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--a-jobs", type=int, default=20000)
+    parser.add_argument("--b-jobs", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--workers", default="-p 2 -c 8")
+    options = parser.parse_args()
+    setup_django()
+    ensure_database()
+    rates: dict[str, list[float]] = {"default": [], "fair": []}
+    positions: dict[str, list[int]] = {"default": [], "fair": []}
+    for run in range(options.runs):
+        for queue in ("default", "fair"):  # interleaved, so drift hits both alike
+            queue_backlog(queue, options.a_jobs, options.b_jobs)
+            rate, before = drain(queue, options.workers)
+            rates[queue].append(rate)
+            positions[queue].append(before)
+            print(
+                f"run {run + 1} {queue}: {rate:,.0f} jobs/s; B's last job started after "
+                f"{before:,} claims",
+                flush=True,
+            )
+    plain, fair = statistics.median(rates["default"]), statistics.median(rates["fair"])
+    print(
+        f"\nplain queue: {plain:,.0f} jobs/s (median), B done after "
+        f"{statistics.median(positions['default']):,.0f} claims"
+    )
+    print(
+        f"fair queue:  {fair:,.0f} jobs/s (median), B done after "
+        f"{statistics.median(positions['fair']):,.0f} claims"
+    )
+    print(f"fair / plain throughput: {fair / plain:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Flow control: pause, concurrency limits, tenant fairness, rate limits, polling."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import pytest
+from django.db import connection
+from django.tasks import task_backends
+from django.utils import timezone
+
+from django_jobs import JobState, control, transitions
+from django_jobs.conf import JobsOptions
+from django_jobs.enqueue import new_job
+from django_jobs.models import Job, QueueEvent
+from django_jobs.transitions import WorkerIdentity
+from tests.conftest import WorkerProcess, wait_until
+from tests.testapp import tasks
+from tests.testapp.models import Probe
+
+pytestmark = pytest.mark.postgres
+
+Start = Callable[..., WorkerProcess]
+FLOW = ("--backend", "flow")
+
+
+def rules() -> JobsOptions:
+    return task_backends["flow"].settings  # type: ignore[attr-defined, no-any-return]
+
+
+def claim(queues: Sequence[str], limit: int = 10) -> list[transitions.Claimed]:
+    me = WorkerIdentity(uuid.uuid4(), "test")
+    return transitions.claim("default", me, queues, limit, 30.0, rules())
+
+
+def most_at_once(probes: Sequence[Probe]) -> int:
+    """The largest number of probe intervals that overlap at one moment."""
+    edges = sorted([(p.started, 1) for p in probes] + [(p.ended, -1) for p in probes])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+# -- pause ------------------------------------------------------------------------
+
+
+def test_pause__stops_every_claim_until_resumed(pg: None) -> None:
+    tasks.add.enqueue(1, 2)
+    control.pause_queue("default", actor="ops", note="db maintenance")
+    while_paused = claim(["default"])
+    control.resume_queue("default", actor="ops")
+    after = claim(["default"])
+    events = list(QueueEvent.objects.order_by("at").values_list("action", "actor", "note"))
+    assert (len(while_paused), len(after)) == (0, 1)
+    assert events == [("pause", "ops", "db maintenance"), ("resume", "ops", "")]
+
+
+def test_pause__a_second_pause_changes_nothing(pg: None) -> None:
+    first = control.pause_queue("default", actor="ops")
+    second = control.pause_queue("default", actor="ops")
+    assert (first, second, QueueEvent.objects.count()) == (True, False, 1)
+
+
+def test_pause__an_unknown_queue_is_refused(pg: None) -> None:
+    with pytest.raises(ValueError, match="Unknown queue 'nope'"):
+        control.pause_queue("nope", actor="ops")
+
+
+def test_pause__a_paused_flow_controlled_queue_is_not_claimed(pg: None) -> None:
+    tasks.add.using(backend="flow", queue_name="limited").enqueue(1, 2)
+    control.pause_queue("limited", actor="ops", backend="flow")
+    assert claim(["limited"]) == []
+
+
+# -- concurrency limits, with real worker processes ------------------------------------
+
+
+def test_queue_concurrency__never_exceeded_by_four_worker_processes(
+    pg: None, start_workers: Start
+) -> None:
+    for _ in range(16):
+        tasks.probe.using(backend="flow", queue_name="limited").enqueue(0.3)
+    workers = [start_workers(*FLOW, "--burst", "--queues", "limited") for _ in range(4)]
+    assert [w.wait(90) for w in workers] == [0, 0, 0, 0]
+    probes = list(Probe.objects.all())
+    assert (len(probes), most_at_once(probes)) == (16, 2)
+
+
+def test_key_concurrency__one_running_per_key_across_worker_processes(
+    pg: None, start_workers: Start
+) -> None:
+    for n in range(12):
+        key = f"account-{n % 3}"
+        tasks.probe.using(backend="flow", queue_name="keyed", concurrency_key=key).enqueue(0.2, key)
+    workers = [start_workers(*FLOW, "--burst", "--queues", "keyed") for _ in range(4)]
+    assert [w.wait(90) for w in workers] == [0, 0, 0, 0]
+    by_key = {
+        key: most_at_once(list(Probe.objects.filter(key=key)))
+        for key in ("account-0", "account-1", "account-2")
+    }
+    assert by_key == {"account-0": 1, "account-1": 1, "account-2": 1}
+    assert most_at_once(list(Probe.objects.all())) > 1  # keys did run side by side
+
+
+# -- fairness ----------------------------------------------------------------------------
+
+
+def bulk_queue(tenant: str, count: int) -> None:
+    now = timezone.now()
+    Job.objects.bulk_create(
+        (
+            new_job(
+                backend="flow",
+                task_name=tasks.noop.module_path,
+                task_version="",
+                args=[],
+                kwargs={},
+                queue="fair",
+                priority=0,
+                run_after=now,
+                expires_at=None,
+                tenant=tenant,
+                initiator="",
+                idempotency_key=None,
+                concurrency_key=None,
+                max_attempts=1,
+                timeout=None,
+            )
+            for _ in range(count)
+        ),
+        batch_size=5000,
+    )
+
+
+def test_fairness__a_small_tenant_is_not_starved_by_a_huge_backlog(pg: None) -> None:
+    bulk_queue("tenant-a", 100_000)
+    bulk_queue("tenant-b", 100)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job")
+    order: list[str] = []
+    while len(order) < 400:
+        order += [c.tenant for c in claim(["fair"], limit=10)]
+    last_b = max(i for i, tenant in enumerate(order) if tenant == "tenant-b")
+    assert Counter(order[:200]) == {"tenant-a": 100, "tenant-b": 100}
+    assert last_b < 200
+
+
+def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
+    bulk_queue("gold", 300)
+    bulk_queue("basic", 300)
+    weighted = JobsOptions.from_mapping("flow", {"FAIR_QUEUES": {"fair": {"gold": 3, "basic": 1}}})
+    me = WorkerIdentity(uuid.uuid4(), "test")
+    order: list[str] = []
+    while len(order) < 200:
+        order += [c.tenant for c in transitions.claim("default", me, ["fair"], 10, 30.0, weighted)]
+    assert Counter(order[:200]) == {"gold": 150, "basic": 50}
+
+
+# -- rate limits and polling -----------------------------------------------------------------
+
+
+def test_rate_limit__claims_per_window_stay_within_the_limit(pg: None) -> None:
+    for n in range(40):
+        tasks.add.using(backend="flow", queue_name="rated").enqueue(n, n)
+    windows: Counter[int] = Counter()
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        for _ in claim(["rated"], limit=10):
+            windows[math.floor(time.time())] += 1
+        time.sleep(0.02)
+    assert max(windows.values()) <= 5
+    assert sum(windows.values()) >= 10  # two full windows at least
+
+
+def test_polling__a_worker_without_listen_still_picks_jobs_up(
+    pg: None, start_workers: Start
+) -> None:
+    start_workers(*FLOW, "--queues", "default")
+    wait_until(lambda: Job.objects.filter(state=JobState.QUEUED).count() == 0)
+    result = tasks.add.using(backend="flow").enqueue(20, 22)
+    wait_until(lambda: Job.objects.get(id=result.id).state == JobState.SUCCEEDED, timeout=10)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query ILIKE 'LISTEN%%'"
+        )
+        (listening,) = cursor.fetchone()
+    assert listening == 0
