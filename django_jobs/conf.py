@@ -62,8 +62,9 @@ class JobsOptions:
     QUEUE_MAX_DEPTH: Mapping[str, int] = field(default_factory=dict)
     # Queue -> (retries, window seconds): the per-queue retry budget (docs/control.md).
     RETRY_BUDGET: Mapping[str, tuple[int, float]] = field(default_factory=dict)
-    # Flow control, per queue (docs/flow.md). A queue named in any of these is
-    # claimed under a per-queue lock, so its limits hold across all workers.
+    # Flow control, per queue (docs/flow.md). A queue with a limit (concurrency
+    # or rate) is claimed under a per-queue lock, so its limits hold across all
+    # workers; a queue that is only fair is claimed in one statement.
     # Queue -> most jobs running at once, cluster-wide.
     QUEUE_CONCURRENCY: Mapping[str, int] = field(default_factory=dict)
     # Queue -> most running jobs per concurrency_key in it (e.g. 1 per account).

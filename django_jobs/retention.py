@@ -16,7 +16,7 @@ What it deletes, and why it is shaped this way:
   ``finished_at``, and because a job put on hold yesterday was looked at
   yesterday, however long ago it failed.
 * Live jobs (``queued``, ``running``, ``cancelling``) never, whatever their dates.
-* ``RetryWindow`` rows whose window started more than ``keep_retry_windows``
+* ``RetryWindow`` and ``RateWindow`` rows whose window started more than ``keep_retry_windows``
   ago (a day by default): the retry budget only reads the current window.
 * ``Worker`` rows that stopped before the cutoff, and rows of workers that
   never said they stopped (killed with SIGKILL, host lost) whose last
@@ -45,7 +45,7 @@ from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from .models import Attempt, Job, JobEvent, RetryWindow, Worker
+from .models import Attempt, Job, JobEvent, RateWindow, RetryWindow, Worker
 from .states import FINISHED_STATES, JobState
 
 # Finished, but waiting for an operator: kept unless asked.
@@ -69,6 +69,7 @@ class PruneResult:
     events: int = 0
     batches: int = 0
     retry_windows: int = 0
+    rate_windows: int = 0
     workers: int = 0
 
 
@@ -112,6 +113,7 @@ def prune(
     result = PruneResult(cutoff=cutoff, dry_run=dry_run)
     passes = _candidates(db, cutoff, include_held)
     windows = RetryWindow.objects.using(db).filter(window_start__lt=now - keep_retry_windows)
+    rate_windows = RateWindow.objects.using(db).filter(window_start__lt=now - keep_retry_windows)
     workers = Worker.objects.using(db).filter(
         Q(stopped_at__lt=cutoff) | Q(stopped_at__isnull=True, heartbeat_at__lt=cutoff)
     )
@@ -124,6 +126,7 @@ def prune(
             result.events += JobEvent.objects.using(db).filter(job_id__in=ids).count()
         result.jobs = result.jobs_by_state.total()
         result.retry_windows = windows.count()
+        result.rate_windows = rate_windows.count()
         result.workers = workers.count()
         return result
     for candidates in passes:
@@ -131,6 +134,7 @@ def prune(
             result.batches += 1
     result.jobs = result.jobs_by_state.total()
     result.retry_windows = windows.delete()[0]
+    result.rate_windows = rate_windows.delete()[0]
     result.workers = workers.delete()[0]
     return result
 

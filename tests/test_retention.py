@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_jobs import retention
-from django_jobs.models import Attempt, Job, JobEvent, RetryWindow, Worker
+from django_jobs.models import Attempt, Job, JobEvent, RateWindow, RetryWindow, Worker
 from django_jobs.states import AttemptOutcome, JobState
 
 pytestmark = pytest.mark.postgres
@@ -190,6 +190,19 @@ def test_prune__deletes_retry_windows_that_started_more_than_a_day_ago(pg: None)
     result = retention.prune(DB, older_than=WEEK)
 
     assert (result.retry_windows, list(RetryWindow.objects.values_list("id", flat=True))) == (
+        1,
+        [current.id],
+    )
+
+
+def test_prune__deletes_rate_windows_that_started_more_than_a_day_ago(pg: None) -> None:
+    now = timezone.now()
+    RateWindow.objects.create(queue="sms", window_start=now - timedelta(hours=25))
+    current = RateWindow.objects.create(queue="sms", window_start=now - timedelta(seconds=1))
+
+    result = retention.prune(DB, older_than=WEEK)
+
+    assert (result.rate_windows, list(RateWindow.objects.values_list("id", flat=True))) == (
         1,
         [current.id],
     )

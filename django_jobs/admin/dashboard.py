@@ -10,9 +10,10 @@ through the partial claim/lease indexes, finished work through the
 ``finished_at`` index limited to the last hour. Nothing here counts the whole
 history, which is most of a production table.
 
-Queue pause/resume is not built yet; the template keeps a named place for
-it (``queue_controls`` blocks). Schedules are listed soonest first, with when
-each fires next (at most ``SCHEDULES_SHOWN``; the schedules page has them all).
+Each queue row has Pause/Resume (``pause_view``, permission
+``django_jobs.pause_queue``, through ``control.pause_queue``). Schedules are
+listed soonest first, with when each fires next (at most ``SCHEDULES_SHOWN``;
+the schedules page has them all).
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         now = timezone.now()
         count = 0
         for schedule in queryset.filter(enabled=False):
-            Schedule.objects.filter(pk=schedule.pk, enabled=False).update(
+            Schedule.objects.using(queryset.db).filter(pk=schedule.pk, enabled=False).update(
                 enabled=True,
                 next_fire_at=schedules.next_tick(schedule.cron, schedule.timezone, now),
                 updated_at=now,

@@ -542,8 +542,8 @@ class Command(BaseCommand):
         batches = "" if result.dry_run else f" in {result.batches} batch(es)"
         self.stdout.write(
             f"{verb} with them {result.attempts} attempt(s) and {result.events} audit "
-            f"event(s){batches}; also {result.retry_windows} retry window(s) and "
-            f"{result.workers} worker row(s)."
+            f"event(s){batches}; also {result.retry_windows} retry window(s), "
+            f"{result.rate_windows} rate window(s) and {result.workers} worker row(s)."
         )
 
 
