@@ -50,39 +50,16 @@ def ensure_database() -> None:
 
 def queue_jobs(count: int) -> None:
     from django.db import connection, transaction
-    from django.tasks import task_backends
 
     from benchmarks.benchapp.tasks import noop
-    from django_jobs.enqueue import new_job
-    from django_jobs.models import Job
+    from django_jobs import enqueue_many
 
-    backend = task_backends["default"]
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE django_jobs_job, django_jobs_worker, django_jobs_retrywindow CASCADE"
         )
-    jobs = [
-        new_job(
-            backend="default",
-            task_name=noop.module_path,
-            task_version="",
-            args=[],
-            kwargs={},
-            queue="default",
-            priority=0,
-            run_after=None,
-            expires_at=None,
-            tenant="",
-            initiator="",
-            idempotency_key=None,
-            concurrency_key=None,
-            max_attempts=backend.settings.MAX_ATTEMPTS,  # type: ignore[attr-defined]
-            timeout=None,
-        )
-        for _ in range(count)
-    ]
     with transaction.atomic():
-        Job.objects.bulk_create(jobs, batch_size=2000)
+        enqueue_many(noop, [((), {})] * count)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE django_jobs_job")
 

@@ -22,43 +22,17 @@ from benchmarks.drain import ROOT, ensure_database, setup_django
 
 def queue_backlog(queue: str, a_jobs: int, b_jobs: int) -> None:
     from django.db import connection, transaction
-    from django.utils import timezone
 
     from benchmarks.benchapp.tasks import noop
-    from django_jobs.enqueue import new_job
-    from django_jobs.models import Job
+    from django_jobs import enqueue_many
 
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE django_jobs_job, django_jobs_worker, django_jobs_retrywindow CASCADE"
         )
-    now = timezone.now()
-
-    def jobs(tenant: str, count: int) -> list[Job]:
-        return [
-            new_job(
-                backend="default",
-                task_name=noop.module_path,
-                task_version="",
-                args=[],
-                kwargs={},
-                queue=queue,
-                priority=0,
-                run_after=now,
-                expires_at=None,
-                tenant=tenant,
-                initiator="",
-                idempotency_key=None,
-                concurrency_key=None,
-                max_attempts=1,
-                timeout=None,
-            )
-            for _ in range(count)
-        ]
-
     with transaction.atomic():
-        Job.objects.bulk_create(jobs("a", a_jobs), batch_size=5000)
-        Job.objects.bulk_create(jobs("b", b_jobs), batch_size=5000)
+        for tenant, count in (("a", a_jobs), ("b", b_jobs)):
+            enqueue_many(noop.using(queue_name=queue, tenant=tenant), [((), {})] * count)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE django_jobs_job")
 

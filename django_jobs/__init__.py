@@ -5,6 +5,11 @@ settings), the retry policy pieces a task declares, the exceptions enqueue
 raises, and the context a ``takes_context=True`` task receives.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 from .exceptions import (
     ArgumentsNotJSONError,
     EnqueueError,
@@ -20,6 +25,29 @@ from .exceptions import (
 from .retry import Backoff
 from .states import AttemptOutcome, JobState
 
+if TYPE_CHECKING:
+    from django.tasks import Task
+
+    from .results import JobResult
+
+
+def enqueue_many(
+    task: Task[Any, Any], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+) -> list[JobResult]:
+    """Enqueue many calls of one task at once: ``[(args, kwargs), ...]``.
+
+    Every call is validated first (nothing is written if one is wrong), then
+    the jobs are inserted in bulk in the caller's transaction; workers are
+    woken once, after it commits.
+    """
+    from .backend import JobsBackend
+
+    backend = task.get_backend()
+    if not isinstance(backend, JobsBackend):
+        raise TypeError(f"{task.module_path} does not use a django_jobs backend.")
+    return backend.enqueue_many(task, calls)
+
+
 __all__ = [
     "ArgumentsNotJSONError",
     "AttemptOutcome",
@@ -34,4 +62,5 @@ __all__ = [
     "RetryLater",
     "UnknownQueueError",
     "UnknownTaskError",
+    "enqueue_many",
 ]

@@ -21,9 +21,11 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
+from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from .exceptions import QueueFullError
@@ -131,26 +133,40 @@ def accept(db: str, job: Job, announce: Callable[[Job], None]) -> Job:
     existing = find_existing(db, job.dedup_scope, job.idempotency_key)
     if existing is not None:
         return existing
-    _defer_until_all_commit(db, job, elsewhere, announce)
-    return job
 
-
-def _defer_until_all_commit(
-    db: str, job: Job, aliases: list[str], announce: Callable[[Job], None]
-) -> None:
-    """Insert once every open transaction in ``aliases`` has committed."""
-    first, rest = aliases[0], aliases[1:]
-
-    def after_commit() -> None:
-        if rest:
-            _defer_until_all_commit(db, job, rest, announce)
-            return
+    def insert_later() -> None:
         stored, created = insert(db, job)
         if created:
             wake_on_commit(db, stored.queue)
             announce(stored)
 
-    transaction.on_commit(after_commit, using=first)
+    _after_commits(elsewhere, insert_later)
+    return job
+
+
+def accept_many(db: str, jobs: list[Job], announce: Callable[[Job], None]) -> None:
+    """Write ``jobs`` in bulk as part of the caller's transaction (see ``accept``)."""
+    if not jobs:
+        return
+
+    def insert() -> None:
+        Job.objects.using(db).bulk_create(jobs, batch_size=1000)
+        for queue in {job.queue for job in jobs}:
+            wake_on_commit(db, queue)
+        if task_enqueued.has_listeners():
+            for job in jobs:
+                transaction.on_commit(partial(announce, job), using=db, robust=True)
+
+    _after_commits(open_transactions_elsewhere(db), insert)
+
+
+def _after_commits(aliases: list[str], action: Callable[[], None]) -> None:
+    """Run ``action`` once the open transaction of each alias has committed (now if none)."""
+    if not aliases:
+        action()
+        return
+    first, rest = aliases[0], aliases[1:]
+    transaction.on_commit(partial(_after_commits, rest, action), using=first)
 
 
 class DepthGauge:
@@ -177,10 +193,24 @@ class DepthGauge:
             # Count our own enqueues against the estimate until the next exact count.
             self._seen[key] = (seen[0], seen[1] + 1)
             return
-        depth = Job.objects.using(db).filter(state=JobState.QUEUED, queue=queue)[:limit].count()
+        depth = self._count(db, queue, limit)
         self._seen[key] = (now, depth + 1)
         if depth >= limit:
             raise QueueFullError(
                 f"Queue {queue!r} is full: {depth} jobs are queued and QUEUE_MAX_DEPTH is "
                 f"{limit}. Nothing was enqueued; try again later or raise the limit."
             )
+
+    def check_room(self, db: str, queue: str, limit: int, adding: int) -> None:
+        """For a bulk enqueue: an exact count, and room for all of ``adding``."""
+        depth = self._count(db, queue, limit)
+        if depth + adding > limit:
+            raise QueueFullError(
+                f"Queue {queue!r} has room for {max(0, limit - depth)} more job(s) "
+                f"(QUEUE_MAX_DEPTH {limit}, {depth} queued), not {adding}. Nothing was enqueued."
+            )
+        self._seen.pop((db, queue), None)
+
+    @staticmethod
+    def _count(db: str, queue: str, limit: int) -> int:
+        return Job.objects.using(db).filter(state=JobState.QUEUED, queue=queue)[:limit].count()

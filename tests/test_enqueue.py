@@ -24,6 +24,7 @@ from django_jobs import (
     PayloadTooLargeError,
     UnknownQueueError,
     UnknownTaskError,
+    enqueue_many,
 )
 from django_jobs.models import Job
 from django_jobs.results import JobResult
@@ -242,3 +243,37 @@ def test_get_result__unknown_and_malformed_ids_do_not_exist(pg: None) -> None:
         backend.get_result(str(uuid.uuid4()))
     with pytest.raises(TaskResultDoesNotExist, match="is not a job id"):
         backend.get_result("not-a-uuid")
+
+
+def test_enqueue_many__writes_every_job_in_the_callers_transaction(pg: None) -> None:
+    with transaction.atomic():
+        results = enqueue_many(tasks.add, [((n, n), {}) for n in range(2500)])
+        assert job_count() == 2500
+    assert {r.id for r in results} == {str(i) for i in Job.objects.values_list("id", flat=True)}
+
+
+def test_enqueue_many__vanishes_with_a_rollback(pg: None) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue_many(tasks.add, [((n, n), {}) for n in range(10)])
+        raise RuntimeError
+    assert job_count() == 0
+
+
+def test_enqueue_many__one_bad_call_writes_nothing_and_is_named(pg: None) -> None:
+    calls = [((1, 2), {}), ((1, 2), {}), ((timezone.now(), 2), {})]
+    with pytest.raises(ArgumentsNotJSONError, match=r"^call 2: args\[0\] is a datetime"):
+        enqueue_many(tasks.add, calls)
+    assert job_count() == 0
+
+
+def test_enqueue_many__refuses_idempotency_keys(pg: None) -> None:
+    with pytest.raises(InvalidJobOptionError, match="does not take an idempotency key"):
+        enqueue_many(tasks.add.using(idempotency_key="k"), [((1, 2), {})])
+    assert job_count() == 0
+
+
+def test_enqueue_many__wakes_workers_once(pg: None) -> None:
+    with _listen() as listener:
+        enqueue_many(tasks.add, [((n, n), {}) for n in range(50)])
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert notes == ["default"]

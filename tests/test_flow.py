@@ -11,11 +11,9 @@ from collections.abc import Callable, Sequence
 import pytest
 from django.db import connection
 from django.tasks import task_backends
-from django.utils import timezone
 
-from django_jobs import JobState, control, transitions
+from django_jobs import JobState, control, enqueue_many, transitions
 from django_jobs.conf import JobsOptions
-from django_jobs.enqueue import new_job
 from django_jobs.models import Job, QueueEvent
 from django_jobs.transitions import WorkerIdentity
 from tests.conftest import WorkerProcess, wait_until
@@ -112,30 +110,8 @@ def test_key_concurrency__one_running_per_key_across_worker_processes(
 
 
 def bulk_queue(tenant: str, count: int) -> None:
-    now = timezone.now()
-    Job.objects.bulk_create(
-        (
-            new_job(
-                backend="flow",
-                task_name=tasks.noop.module_path,
-                task_version="",
-                args=[],
-                kwargs={},
-                queue="fair",
-                priority=0,
-                run_after=now,
-                expires_at=None,
-                tenant=tenant,
-                initiator="",
-                idempotency_key=None,
-                concurrency_key=None,
-                max_attempts=1,
-                timeout=None,
-            )
-            for _ in range(count)
-        ),
-        batch_size=5000,
-    )
+    fair = tasks.noop.using(backend="flow", queue_name="fair", tenant=tenant)
+    enqueue_many(fair, [((), {})] * count)
 
 
 def test_fairness__a_small_tenant_is_not_starved_by_a_huge_backlog(pg: None) -> None:
