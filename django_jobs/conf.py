@@ -73,6 +73,8 @@ class JobsOptions:
     FAIR_QUEUES: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # Queue -> (jobs, seconds): at most that many claims per fixed window.
     RATE_LIMITS: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    # Queue -> (jobs, seconds): the same, for each concurrency_key in the queue.
+    KEY_RATE_LIMITS: Mapping[str, tuple[int, float]] = field(default_factory=dict)
     # ``manage.py jobs prune`` deletes finished jobs older than this by default.
     RETENTION_DAYS: float = 14.0
     # Periodic schedules declared in code: name -> {"task", "cron", ...} (docs/schedules.md).
@@ -92,15 +94,19 @@ class JobsOptions:
                 self.KEY_CONCURRENCY,
                 self.FAIR_QUEUES,
                 self.RATE_LIMITS,
+                self.KEY_RATE_LIMITS,
             )
         )
 
     def only_fair(self, queue: str) -> bool:
         """Fair, and no limit that needs exact counts (so no per-queue lock)."""
-        return queue in self.FAIR_QUEUES and not any(
-            queue in rules
-            for rules in (self.QUEUE_CONCURRENCY, self.KEY_CONCURRENCY, self.RATE_LIMITS)
+        limits = (
+            self.QUEUE_CONCURRENCY,
+            self.KEY_CONCURRENCY,
+            self.RATE_LIMITS,
+            self.KEY_RATE_LIMITS,
         )
+        return queue in self.FAIR_QUEUES and not any(queue in rules for rules in limits)
 
     @classmethod
     def from_mapping(cls, alias: str, options: Mapping[str, Any]) -> JobsOptions:
@@ -172,8 +178,8 @@ class JobsOptions:
                     f"{where}['FAIR_QUEUES'][{queue!r}] must be a dict of tenant -> positive "
                     f"weight (or {{}} for equal shares), not {weights!r}."
                 )
-        for name, pairs in (("RETRY_BUDGET", self.RETRY_BUDGET), ("RATE_LIMITS", self.RATE_LIMITS)):
-            for queue, pair in pairs.items():
+        for name in ("RETRY_BUDGET", "RATE_LIMITS", "KEY_RATE_LIMITS"):
+            for queue, pair in getattr(self, name).items():
                 _check_pair(where, name, queue, pair)
         if self.BACKOFF_CAP_SECONDS < self.BACKOFF_BASE_SECONDS:
             raise ImproperlyConfigured(

@@ -310,21 +310,24 @@ class QueueEvent(models.Model):
 
 
 class RateWindow(models.Model):
-    """Jobs claimed from a rate-limited queue in one fixed window."""
+    """Jobs claimed from a rate-limited queue (or one key in it) in one fixed window."""
 
     queue = models.CharField(max_length=100)
+    key = models.CharField(
+        max_length=255, blank=True, default="", help_text="A concurrency_key, or '' for the queue."
+    )
     window_start = models.DateTimeField()
     claims = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["queue", "window_start"], name="django_jobs_rate_window_uniq"
+                fields=["queue", "key", "window_start"], name="django_jobs_rate_key_window_uniq"
             )
         ]
 
     def __str__(self) -> str:
-        return f"{self.queue} {self.window_start:%H:%M:%S}: {self.claims} claims"
+        return f"{self.queue} {self.key} {self.window_start:%H:%M:%S}: {self.claims} claims"
 
 
 class Schedule(models.Model):

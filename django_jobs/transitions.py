@@ -29,6 +29,7 @@ import logging
 import math
 import random
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -342,8 +343,10 @@ def _claim_constrained(
         if budget <= 0:
             return []
         key_limit = rules.KEY_CONCURRENCY.get(queue)
+        key_rate = rules.KEY_RATE_LIMITS.get(queue)
         # Room for candidates that per-key limits will turn down.
-        want = budget * 4 if key_limit is not None else budget
+        per_key = key_limit is not None or key_rate is not None
+        want = budget * 4 if per_key else budget
         if queue in rules.FAIR_QUEUES:
             candidates = _fair_candidates(db, queue, want, rules.FAIR_QUEUES[queue])
         else:
@@ -352,7 +355,7 @@ def _claim_constrained(
                 .order_by("-priority", "run_after")
                 .values_list("id", "concurrency_key")[:want]
             )
-        chosen = _within_key_limits(db, queue, candidates, key_limit, budget)
+        chosen = _within_key_limits(db, queue, candidates, key_limit, key_rate, budget)
         locked = {
             job.id: job
             for job in _ready(db, [queue])
@@ -363,13 +366,25 @@ def _claim_constrained(
         rows = [locked[job_id] for job_id in chosen if job_id in locked]
         if window is not None and rows:
             RateWindow.objects.using(db).filter(pk=window.pk).update(claims=F("claims") + len(rows))
+        if key_rate is not None:
+            started = Counter(row.concurrency_key for row in rows if row.concurrency_key)
+            for key, count in started.items():
+                key_window = _window(db, queue, key_rate[1], key)
+                RateWindow.objects.using(db).filter(pk=key_window.pk).update(
+                    claims=F("claims") + count
+                )
         return _lease(db, worker, rows, lease_seconds)
 
 
-def _window(db: str, queue: str, seconds: float) -> RateWindow:
+def _window_start(seconds: float) -> datetime:
     now = timezone.now()
-    start = datetime.fromtimestamp(math.floor(now.timestamp() / seconds) * seconds, tz=UTC)
-    window, _ = RateWindow.objects.using(db).get_or_create(queue=queue, window_start=start)
+    return datetime.fromtimestamp(math.floor(now.timestamp() / seconds) * seconds, tz=UTC)
+
+
+def _window(db: str, queue: str, seconds: float, key: str = "") -> RateWindow:
+    window, _ = RateWindow.objects.using(db).get_or_create(
+        queue=queue, key=key, window_start=_window_start(seconds)
+    )
     return window
 
 
@@ -378,28 +393,45 @@ def _within_key_limits(
     queue: str,
     candidates: Sequence[tuple[uuid.UUID, str | None]],
     key_limit: int | None,
+    key_rate: tuple[int, float] | None,
     budget: int,
 ) -> list[uuid.UUID]:
-    """Candidates in order, skipping those whose concurrency key is at its limit."""
-    if key_limit is None:
+    """Candidates in order, skipping those whose concurrency key is at a limit.
+
+    A key may be at its concurrency limit (jobs of that key running now) or
+    at its rate limit (jobs of that key started in the current window).
+    """
+    if key_limit is None and key_rate is None:
         return [job_id for job_id, _ in candidates[:budget]]
     keys = {key for _, key in candidates if key is not None}
-    running = dict(
-        Job.objects.using(db)
-        .filter(
-            queue=queue,
-            concurrency_key__in=keys,
-            state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources],
+    running: dict[str, int] = {}
+    if key_limit is not None:
+        running = dict(
+            Job.objects.using(db)
+            .filter(
+                queue=queue,
+                concurrency_key__in=keys,
+                state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources],
+            )
+            .values_list("concurrency_key")
+            .annotate(n=Count("id"))
         )
-        .values_list("concurrency_key")
-        .annotate(n=Count("id"))
-    )
+    started: dict[str, int] = {}
+    if key_rate is not None:
+        started = dict(
+            RateWindow.objects.using(db)
+            .filter(queue=queue, key__in=keys, window_start=_window_start(key_rate[1]))
+            .values_list("key", "claims")
+        )
     chosen: list[uuid.UUID] = []
     for job_id, key in candidates:
         if key is not None:
-            if running.get(key, 0) >= key_limit:
+            if key_limit is not None and running.get(key, 0) >= key_limit:
+                continue
+            if key_rate is not None and started.get(key, 0) >= key_rate[0]:
                 continue
             running[key] = running.get(key, 0) + 1
+            started[key] = started.get(key, 0) + 1
         chosen.append(job_id)
         if len(chosen) == budget:
             break

@@ -432,7 +432,12 @@ class Worker:
                     if key in running:
                         running[key].control.request_cancel()
                 with self.running_lock:
-                    lost = {key for key in renewed.lost if key not in self.reporting}
+                    # Leases of attempts that ended meanwhile vanished on purpose.
+                    lost = {
+                        key
+                        for key in renewed.lost
+                        if key in self.running and key not in self.reporting
+                    }
                 for key in lost - self.lost_leases:
                     logger.warning(
                         "Lease on job %s attempt %d was lost; its outcome will not count.", *key

@@ -134,7 +134,7 @@ TASKS = {
     # Flow control: every rule on a queue of its own, and polling instead of LISTEN.
     "flow": {
         "BACKEND": "django_jobs.backend.JobsBackend",
-        "QUEUES": ["default", "limited", "keyed", "fair", "rated"],
+        "QUEUES": ["default", "limited", "keyed", "fair", "rated", "keyrated"],
         "OPTIONS": {
             "LISTEN": False,
             "POLL_SECONDS": 0.2,
@@ -142,6 +142,7 @@ TASKS = {
             "KEY_CONCURRENCY": {"keyed": 1},
             "FAIR_QUEUES": {"fair": {}},
             "RATE_LIMITS": {"rated": (5, 1.0)},
+            "KEY_RATE_LIMITS": {"keyrated": (2, 1.0)},
         },
     },
     "sqlite": {

@@ -154,6 +154,21 @@ def test_rate_limit__claims_per_window_stay_within_the_limit(pg: None) -> None:
     assert sum(windows.values()) >= 10  # two full windows at least
 
 
+def test_key_rate_limit__claims_per_key_and_window_stay_within_the_limit(pg: None) -> None:
+    for key in ("x", "y"):
+        keyed = tasks.add.using(backend="flow", queue_name="keyrated", concurrency_key=key)
+        enqueue_many(keyed, [((n, n), {}) for n in range(10)])
+    windows: Counter[tuple[str, int]] = Counter()
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        for claimed in claim(["keyrated"], limit=10):
+            key = Job.objects.get(id=claimed.job_id).concurrency_key or ""
+            windows[(key, math.floor(time.time()))] += 1
+        time.sleep(0.02)
+    assert max(windows.values()) <= 2
+    assert {key for key, _ in windows} == {"x", "y"}
+
+
 def test_polling__a_worker_without_listen_still_picks_jobs_up(
     pg: None, start_workers: Start
 ) -> None:
