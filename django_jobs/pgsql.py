@@ -137,11 +137,17 @@ WITH report AS (
     SELECT * FROM unnest(%(job_ids)s::uuid[], %(tokens)s::integer[], %(results)s::jsonb[])
         AS r(job_id, token, result)
 ), ended AS (
+    -- Only leases whose job takes a success: then every ended lease below
+    -- has its job updated (an operator can only move a running job to
+    -- cancelling meanwhile, which takes a success too).
     DELETE FROM django_jobs_lease AS lease
-    USING report
+    USING report, django_jobs_job AS current
     WHERE lease.job_id = report.job_id
       AND lease.token = report.token
       AND lease.worker_id = %(worker_id)s
+      AND current.id = lease.job_id
+      AND current.attempts = lease.token
+      AND current.state IN ({_states(Transition.COMPLETE)})
     RETURNING lease.job_id, lease.attempt_id, lease.token
 ), job AS (
     UPDATE django_jobs_job AS job
