@@ -82,7 +82,7 @@ class Running:
 class WorkerConfig:
     backend: str = "default"
     queues: tuple[str, ...] = ()  # empty: every queue of the backend
-    concurrency: int = 4
+    concurrency: int = 16
     burst: bool = False  # exit once no job of our queues is queued or running
     max_jobs: int | None = None  # recycle the process after this many jobs
     max_memory_mb: int | None = None  # ... or once its RSS grows past this

@@ -53,8 +53,8 @@ class Command(BaseCommand):
             "-c",
             "--concurrency",
             type=_positive,
-            default=4,
-            help="Jobs each process runs at once, in threads (default: 4).",
+            default=16,
+            help="Jobs each process runs at once, in threads (default: 16).",
         )
         parser.add_argument(
             "--burst",
