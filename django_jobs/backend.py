@@ -121,8 +121,15 @@ class JobsBackend(BaseTaskBackend):
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None and jobs:
             self.depth.check_room(self.db, task.queue_name, limit, len(jobs))
-        accept_many(self.db, jobs, lambda j: self._announce(task, j))
-        return [build(task, job, []) for job in jobs]
+        results = [build(task, job, []) for job in jobs]
+
+        def announce() -> None:
+            if task_enqueued.has_listeners(type(self)):
+                for result in results:
+                    task_enqueued.send(type(self), task_result=result)
+
+        accept_many(self.db, jobs, announce)
+        return results
 
     def _check_task(self, task: Task[Any, Any]) -> None:
         self.validate_task(task)

@@ -25,8 +25,9 @@ from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.tasks.signals import task_enqueued
+from django.db.models import JSONField
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from .exceptions import QueueFullError
 from .models import Job
@@ -144,20 +145,47 @@ def accept(db: str, job: Job, announce: Callable[[Job], None]) -> Job:
     return job
 
 
-def accept_many(db: str, jobs: list[Job], announce: Callable[[Job], None]) -> None:
-    """Write ``jobs`` in bulk as part of the caller's transaction (see ``accept``)."""
+def accept_many(db: str, jobs: list[Job], announce: Callable[[], None]) -> None:
+    """Write ``jobs`` in bulk as part of the caller's transaction (see ``accept``).
+
+    ``announce`` runs once after the commit (it sends every job's signal).
+    """
     if not jobs:
         return
 
     def insert() -> None:
-        Job.objects.using(db).bulk_create(jobs, batch_size=1000)
+        if connections[db].vendor == "postgresql":
+            _copy_jobs(db, jobs)
+        else:
+            Job.objects.using(db).bulk_create(jobs, batch_size=1000)
         for queue in {job.queue for job in jobs}:
             wake_on_commit(db, queue)
-        if task_enqueued.has_listeners():
-            for job in jobs:
-                transaction.on_commit(partial(announce, job), using=db, robust=True)
+        transaction.on_commit(announce, using=db, robust=True)
 
     _after_commits(open_transactions_elsewhere(db), insert)
+
+
+def _copy_jobs(db: str, jobs: list[Job]) -> None:
+    """Insert with COPY: several times faster than a multi-row INSERT for big batches.
+
+    The values are the model's attributes as they are (new_job built them):
+    psycopg adapts UUIDs, datetimes and strings itself, and JSON columns are
+    wrapped in Jsonb. It runs on the connection's transaction like any query.
+    """
+    fields = Job._meta.concrete_fields
+    json_columns = {f.attname for f in fields if isinstance(f, JSONField)}
+    columns = ", ".join(connections[db].ops.quote_name(str(f.column)) for f in fields)
+    with connections[db].cursor() as wrapper:
+        cursor = wrapper.cursor  # psycopg's own cursor, for COPY
+        with cursor.copy(f"COPY {Job._meta.db_table} ({columns}) FROM STDIN") as copy:
+            for job in jobs:
+                values = job.__dict__
+                copy.write_row(
+                    [
+                        Jsonb(values[f.attname]) if f.attname in json_columns else values[f.attname]
+                        for f in fields
+                    ]
+                )
 
 
 def _after_commits(aliases: list[str], action: Callable[[], None]) -> None:

@@ -277,3 +277,19 @@ def test_enqueue_many__wakes_workers_once(pg: None) -> None:
         enqueue_many(tasks.add, [((n, n), {}) for n in range(50)])
         notes = [n.payload for n in listener.notifies(timeout=0.5)]
     assert notes == ["default"]
+
+
+def test_enqueue_many__sends_task_enqueued_for_each_job_after_commit(pg: None) -> None:
+    seen: list[str] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        with transaction.atomic():
+            results = enqueue_many(tasks.add, [((n, n), {}) for n in range(3)])
+            assert seen == []
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [r.id for r in results]
