@@ -1,5 +1,9 @@
 from django.tasks import task
 
+from benchmarks.benchapp.latency import probe
+
+__all__ = ["noop", "probe"]
+
 
 @task
 def noop() -> None:

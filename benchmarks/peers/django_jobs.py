@@ -1,0 +1,86 @@
+"""django-jobs itself: ``manage.py runworkers`` on ``benchmarks.settings``.
+
+There is no bulk enqueue API yet, so W1 bulk reports "no bulk path" (until
+``JobsBackend`` gains an ``enqueue_many``); queuing for W2 enqueues one job
+through ``task.enqueue()`` and clones its row in SQL, which keeps the harness
+independent of the engine's internals.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import ClassVar
+
+from benchmarks import pg
+from benchmarks.peers.base import Peer, WorkerSetting
+
+RUNWORKERS = [sys.executable, "-m", "django", "runworkers", "-v", "0"]
+
+
+class DjangoJobs(Peer):
+    name = "django-jobs"
+    distribution = "django-jobs"
+    django_settings = "benchmarks.settings"
+    burst_argv: ClassVar[list[str] | None] = ["--burst"]
+    finished_table = "django_jobs_job"
+    finished_where = "state = 'succeeded'"
+    job_tables: ClassVar[list[str]] = ["django_jobs_job"]
+
+    def settings(self) -> dict[str, WorkerSetting]:
+        return {
+            "defaults": WorkerSetting("defaults", "runworkers (-p 1 -c 4)", RUNWORKERS),
+            "best": WorkerSetting(
+                "best", "runworkers -p 2 -c 8", [*RUNWORKERS, "-p", "2", "-c", "8"]
+            ),
+        }
+
+    def setup_db(self) -> None:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+
+    def reset(self) -> None:
+        tables = pg.execute(
+            self.db,
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+            "AND tablename LIKE 'django\\_jobs\\_%%'",
+        )
+        pg.execute(self.db, f"TRUNCATE {', '.join(t[0] for t in tables)} CASCADE")
+
+    def enqueue_one(self, count: int) -> None:
+        from django.db import transaction
+
+        from benchmarks.benchapp.tasks import noop
+
+        for _ in range(count):
+            with transaction.atomic():
+                noop.enqueue()
+
+    def enqueue_bulk(self, count: int) -> bool:
+        return False  # no bulk API yet; wire it here when the engine gains one
+
+    def fill(self, count: int) -> None:
+        if self.enqueue_bulk(count):
+            return
+        self.enqueue_one(1)
+        if count > 1:
+            pg.clone_rows(self.db, "django_jobs_job", count - 1, "state = 'queued'")
+
+    def enqueue_probe(self, probe: int) -> None:
+        from django.db import transaction
+
+        from benchmarks.benchapp.tasks import probe as probe_task
+
+        with transaction.atomic():
+            probe_task.enqueue(probe)
+
+    def pending(self) -> int:
+        return int(
+            pg.scalar(self.db, "SELECT count(*) FROM django_jobs_job WHERE finished_at IS NULL")
+        )
+
+    def last_done(self) -> float | None:
+        value = pg.scalar(
+            self.db, "SELECT extract(epoch FROM max(finished_at))::float8 FROM django_jobs_job"
+        )
+        return float(value) if value is not None else None

@@ -1,0 +1,1 @@
+"""What the peers' worker processes import: settings, apps and task definitions."""
