@@ -57,7 +57,14 @@ class DjangoJobs(Peer):
                 noop.enqueue()
 
     def enqueue_bulk(self, count: int) -> bool:
-        return False  # no bulk API yet; wire it here when the engine gains one
+        from django.db import transaction
+
+        from benchmarks.benchapp.tasks import noop
+        from django_jobs import enqueue_many
+
+        with transaction.atomic():
+            enqueue_many(noop, [((), {})] * count)
+        return True
 
     def fill(self, count: int) -> None:
         if self.enqueue_bulk(count):
