@@ -28,7 +28,7 @@ class DjangoJobs(Peer):
 
     def settings(self) -> dict[str, WorkerSetting]:
         return {
-            "defaults": WorkerSetting("defaults", "runworkers (-p 1 -c 4)", RUNWORKERS),
+            "defaults": WorkerSetting("defaults", "runworkers (-p 1, 16 threads)", RUNWORKERS),
             "best": WorkerSetting(
                 "best", "runworkers -p 2 -c 8", [*RUNWORKERS, "-p", "2", "-c", "8"]
             ),
