@@ -32,7 +32,8 @@ def queue_backlog(queue: str, a_jobs: int, b_jobs: int) -> None:
         )
     with transaction.atomic():
         for tenant, count in (("a", a_jobs), ("b", b_jobs)):
-            enqueue_many(noop.using(queue_name=queue, tenant=tenant), [((), {})] * count)
+            task = noop.using(backend="fairness", queue_name=queue, tenant=tenant)
+            enqueue_many(task, [((), {})] * count)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE django_jobs_job")
 
@@ -50,6 +51,8 @@ def drain(queue: str, worker_args: str) -> tuple[float, int]:
             "-m",
             "django",
             "runworkers",
+            "--backend",
+            "fairness",
             "--burst",
             "-v",
             "0",
@@ -78,10 +81,10 @@ def main() -> None:
     options = parser.parse_args()
     setup_django()
     ensure_database()
-    rates: dict[str, list[float]] = {"default": [], "fair": []}
-    positions: dict[str, list[int]] = {"default": [], "fair": []}
+    rates: dict[str, list[float]] = {"plain": [], "fair": []}
+    positions: dict[str, list[int]] = {"plain": [], "fair": []}
     for run in range(options.runs):
-        for queue in ("default", "fair"):  # interleaved, so drift hits both alike
+        for queue in ("plain", "fair"):  # interleaved, so drift hits both alike
             queue_backlog(queue, options.a_jobs, options.b_jobs)
             rate, before = drain(queue, options.workers)
             rates[queue].append(rate)
@@ -91,10 +94,10 @@ def main() -> None:
                 f"{before:,} claims",
                 flush=True,
             )
-    plain, fair = statistics.median(rates["default"]), statistics.median(rates["fair"])
+    plain, fair = statistics.median(rates["plain"]), statistics.median(rates["fair"])
     print(
         f"\nplain queue: {plain:,.0f} jobs/s (median), B done after "
-        f"{statistics.median(positions['default']):,.0f} claims"
+        f"{statistics.median(positions['plain']):,.0f} claims"
     )
     print(
         f"fair queue:  {fair:,.0f} jobs/s (median), B done after "
