@@ -80,6 +80,16 @@ def _job_id(job: JobRef) -> uuid.UUID:
         raise JobNotFoundError(f"{job!r} is not a job id (a UUID).") from None
 
 
+def _checked_note(verb: str, note: str) -> str:
+    """The stripped note, once the verb is known and has the note it needs."""
+    if verb not in VERBS:
+        raise ValueError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
+    note = note.strip()
+    if verb in NOTE_REQUIRED and not note:
+        raise ValueError(f"{verb} needs a note saying why.")
+    return note
+
+
 def apply(
     verb: str,
     job: JobRef,
@@ -93,11 +103,7 @@ def apply(
     Raises ``InvalidTransitionError`` (wrong state), ``JobNotFoundError``, or
     ``ValueError`` (unknown verb, missing actor, missing note).
     """
-    if verb not in VERBS:
-        raise ValueError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
-    note = note.strip()
-    if verb in NOTE_REQUIRED and not note:
-        raise ValueError(f"{verb} needs a note saying why.")
+    note = _checked_note(verb, note)
     return transitions.operate(_database(backend), _job_id(job), verb, actor_name(actor), note)
 
 
@@ -110,11 +116,8 @@ def apply_many(
     backend: str = "default",
 ) -> BulkResult:
     """Apply ``verb`` to each job in its own transaction; refusals do not stop the rest."""
-    if verb not in VERBS:
-        raise ValueError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
+    note = _checked_note(verb, note)
     name = actor_name(actor)
-    if verb in NOTE_REQUIRED and not note.strip():
-        raise ValueError(f"{verb} needs a note saying why.")
     result = BulkResult()
     # Every id is checked before any job changes, so a malformed one changes nothing.
     for job_id in [_job_id(job) for job in jobs]:

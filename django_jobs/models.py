@@ -13,7 +13,8 @@ import uuid
 from datetime import timedelta
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 
 from .states import AttemptOutcome, JobState
 
@@ -212,6 +213,22 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"lease {self.token} on {self.job_id} until {self.expires_at:%H:%M:%S}"
+
+
+def leases_held(db: str = "default") -> Coalesce:
+    """An annotation for Worker querysets: the leases (running jobs) each worker holds.
+
+    A correlated count, so a worker list costs one query whatever its length.
+    """
+    held = (
+        Lease.objects.using(db)
+        .filter(worker_id=OuterRef("pk"))
+        .order_by()
+        .values("worker_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(held, output_field=models.IntegerField()), 0)
 
 
 class Worker(models.Model):

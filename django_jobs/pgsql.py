@@ -44,12 +44,10 @@ _PICK_PLAIN = f"""
     LIMIT %(limit)s
 """
 
-# A fair queue's pick: the head of each tenant's line (a recursive scan of the
-# distinct tenants on django_jobs_fair_idx, one probe per tenant, then each
-# tenant's next jobs), ranked by (jobs the tenant already runs + turn - 0.5)
-# / weight, so running slots are shared in proportion to the weights.
-_PICK_FAIR = f"""
-    WITH RECURSIVE tenants AS (
+# The distinct tenants of one queue's queued jobs, by a recursive "loose index
+# scan" on django_jobs_fair_idx: one index probe per tenant instead of reading
+# the whole backlog. Shared by both fair statements below.
+_TENANTS = f"""tenants AS (
         (SELECT tenant FROM django_jobs_job
          WHERE state = '{JobState.QUEUED}' AND queue = %(queue)s
          ORDER BY tenant LIMIT 1)
@@ -59,7 +57,14 @@ _PICK_FAIR = f"""
                   AND job.tenant > tenants.tenant
                 ORDER BY job.tenant LIMIT 1)
         FROM tenants WHERE tenants.tenant IS NOT NULL
-    ), heads AS (
+"""
+
+# A fair queue's pick: the head of each tenant's line (a recursive scan of the
+# distinct tenants on django_jobs_fair_idx, one probe per tenant, then each
+# tenant's next jobs), ranked by (jobs the tenant already runs + turn - 0.5)
+# / weight, so running slots are shared in proportion to the weights.
+_PICK_FAIR = f"""
+    WITH RECURSIVE {_TENANTS}    ), heads AS (
         SELECT head.id, head.priority, head.run_after, tenants.tenant,
                row_number() OVER (PARTITION BY tenants.tenant
                                   ORDER BY head.priority DESC, head.run_after) AS turn
@@ -193,16 +198,8 @@ FROM ended LEFT JOIN job ON job.id = ended.job_id
 # recursive "loose index scan" (one index probe per tenant instead of reading
 # the whole backlog), then each tenant's next jobs. Ranking across tenants is
 # done in Python (transitions._fair_candidates), where the weights are.
-FAIR_CANDIDATES = """
-WITH RECURSIVE tenants AS (
-    (SELECT tenant FROM django_jobs_job
-     WHERE state = %(state)s AND queue = %(queue)s
-     ORDER BY tenant LIMIT 1)
-    UNION ALL
-    SELECT (SELECT job.tenant FROM django_jobs_job AS job
-            WHERE job.state = %(state)s AND job.queue = %(queue)s AND job.tenant > tenants.tenant
-            ORDER BY job.tenant LIMIT 1)
-    FROM tenants WHERE tenants.tenant IS NOT NULL
+FAIR_CANDIDATES = f"""
+WITH RECURSIVE {_TENANTS}
 )
 SELECT head.id, tenants.tenant, head.priority, head.run_after, head.concurrency_key
 FROM tenants

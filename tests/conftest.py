@@ -8,6 +8,7 @@ the databases.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -69,6 +70,25 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 def pg(transactional_db: None) -> None:
     """Committed data on PostgreSQL, visible to worker processes."""
     assert connections["default"].vendor == "postgresql"
+
+
+def run_in_processes(target: Callable[[Any], None], count: int) -> list[Any]:
+    """Run ``target(results_queue)`` in ``count`` forked processes at once; return what they put.
+
+    Each process must close its database connections first and put exactly one
+    value; the parent's connections are closed before the fork so no socket is shared.
+    """
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    connections.close_all()
+    processes = [context.Process(target=target, args=(results,)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    out = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(10)
+    assert [p.exitcode for p in processes] == [0] * count
+    return out
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +20,7 @@ from django_jobs.backend import JobsBackend
 from django_jobs.conf import JobsOptions
 from django_jobs.models import Job, Schedule
 from django_jobs.schedules import CATCH_UP, SKIP, fire_due, plan, sync, tick_key
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, run_in_processes, wait_until
 
 GRACE = timedelta(seconds=60)
 NOON = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
@@ -295,20 +294,6 @@ def _fire_in_child(results: Any) -> None:
     connections.close_all()
     results.put(fire_due(backend()))
     connections.close_all()
-
-
-def run_in_processes(target: Callable[[Any], None], count: int) -> list[Any]:
-    context = multiprocessing.get_context("fork")
-    results = context.Queue()
-    connections.close_all()
-    processes = [context.Process(target=target, args=(results,)) for _ in range(count)]
-    for process in processes:
-        process.start()
-    out = [results.get(timeout=60) for _ in processes]
-    for process in processes:
-        process.join(10)
-    assert [p.exitcode for p in processes] == [0] * count
-    return out
 
 
 @pytest.mark.postgres

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -17,6 +16,7 @@ from django_jobs.models import Attempt, Job, JobEvent, Lease
 from django_jobs.retry import Decision, Verdict
 from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition
 from django_jobs.transitions import Report, WorkerIdentity
+from tests.conftest import run_in_processes
 
 pytestmark = pytest.mark.postgres
 
@@ -251,20 +251,6 @@ def _reap_all(results: Any) -> None:
         total += reaped
     results.put(total)
     connections.close_all()
-
-
-def run_in_processes(target: Any, count: int) -> list[Any]:
-    context = multiprocessing.get_context("fork")
-    results = context.Queue()
-    connections.close_all()
-    processes = [context.Process(target=target, args=(results,)) for _ in range(count)]
-    for process in processes:
-        process.start()
-    out = [results.get(timeout=60) for _ in processes]
-    for process in processes:
-        process.join(10)
-    assert [p.exitcode for p in processes] == [0] * count
-    return out
 
 
 def test_claim__concurrent_claimers_take_disjoint_batches(pg: None) -> None:

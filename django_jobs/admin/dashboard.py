@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, IntegerField, Min, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Min, Q
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -41,7 +40,7 @@ from django.utils.translation import gettext as _
 
 from .. import control
 from ..backend import JobsBackend
-from ..models import Job, Lease, QueueState, Schedule, Worker
+from ..models import Job, QueueState, Schedule, Worker, leases_held
 from ..states import JobState
 
 if TYPE_CHECKING:
@@ -137,18 +136,10 @@ def queue_stats(db: str, queues: set[str], now: datetime) -> list[QueueStats]:
 
 
 def live_workers(db: str, now: datetime, stale_after: timedelta) -> list[WorkerRow]:
-    running = (
-        Lease.objects.using(db)
-        .filter(worker_id=OuterRef("id"))
-        .order_by()
-        .values("worker_id")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
     workers = (
         Worker.objects.using(db)
         .filter(stopped_at__isnull=True)
-        .annotate(running=Coalesce(Subquery(running, output_field=IntegerField()), 0))
+        .annotate(running=leases_held(db))
         .order_by("host", "pid")
     )
     return [

@@ -38,6 +38,7 @@ from ..states import AttemptOutcome, JobState
 from . import actions, dashboard
 from .filters import QueueFilter, StateFilter, TaskFilter, TenantFilter
 from .pagination import EstimatedCountPaginator
+from .readonly import ReadOnlyAdmin
 
 EMPTY = "—"
 
@@ -83,22 +84,13 @@ def progress_text(job: Job) -> str:
     return text
 
 
-class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
+class ReadOnlyInline(ReadOnlyAdmin, admin.TabularInline):  # type: ignore[type-arg]
     """History shown on the job page: visible to whoever may view the job, never editable."""
 
     extra = 0
     max_num = 0
     can_delete = False
     show_change_link = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # The job's view permission is enough: attempts and events are part of the job.
@@ -168,7 +160,7 @@ class JobEventInline(ReadOnlyInline):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "short_id",
         "state_badge",
@@ -252,17 +244,6 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     class Media:
         css = {"all": ("django_jobs/admin.css",)}
-
-    # -- read-only ------------------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     # One has_<verb>_permission per operator verb, which Django's actions consult.
     def has_retry_permission(self, request: HttpRequest) -> bool:

@@ -13,8 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.tasks import task_backends
 from django.urls import reverse
@@ -24,7 +23,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..backend import JobsBackend
-from ..models import Lease, Worker
+from ..models import Lease, Worker, leases_held
+from .readonly import ReadOnlyAdmin
 
 
 def stale_after() -> timedelta:
@@ -61,7 +61,7 @@ class StatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkerAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "__str__",
         "status_badge",
@@ -92,27 +92,9 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     class Media:
         css = {"all": ("django_jobs/admin.css",)}
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
-        running = (
-            Lease.objects.filter(worker_id=OuterRef("id"))
-            .order_by()
-            .values("worker_id")
-            .annotate(n=Count("pk"))
-            .values("n")
-        )
         queryset: QuerySet[Worker] = super().get_queryset(request)
-        return queryset.annotate(
-            running=Coalesce(Subquery(running, output_field=IntegerField()), 0)
-        )
+        return queryset.annotate(running=leases_held(queryset.db))
 
     @admin.display(description=_("status"))
     def status_badge(self, worker: Worker) -> SafeString:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, IntegerField, Min, OuterRef, Prefetch, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Min, Prefetch, Q, QuerySet
 from django.shortcuts import get_object_or_404
 from django.tasks import task_backends
 from django.utils import timezone
@@ -30,7 +29,7 @@ from django_jobs import control
 from django_jobs.backend import JobsBackend
 from django_jobs.cli.stats import FAILED_STATES, THROUGHPUT_WINDOW
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
-from django_jobs.models import Attempt, Job, Lease, Worker
+from django_jobs.models import Attempt, Job, Worker, leases_held
 from django_jobs.states import TRANSITIONS, JobState, django_status
 
 from .conf import api_settings
@@ -316,19 +315,7 @@ class WorkerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Worker]):
 
     def get_queryset(self) -> QuerySet[Worker]:
         db = api_settings().database
-        leases = (
-            Lease.objects.using(db)
-            .filter(worker_id=OuterRef("pk"))
-            .order_by()
-            .values("worker_id")
-            .annotate(n=Count("pk"))
-            .values("n")
-        )
-        return (
-            Worker.objects.using(db)
-            .all()
-            .annotate(leases=Coalesce(Subquery(leases, output_field=IntegerField()), 0))
-        )
+        return Worker.objects.using(db).all().annotate(leases=leases_held(db))
 
     def get_serializer_context(self) -> dict[str, Any]:
         backend = task_backends[api_settings().backend]
