@@ -40,6 +40,10 @@ class JobsOptions:
     POLL_SECONDS: float = 1.0
     # LISTEN/NOTIFY wake-ups on PostgreSQL; turn off behind a transaction pooler.
     LISTEN: bool = True
+    # Prepare the claim and completion statements on workers' connections (so
+    # PostgreSQL plans them once); turn off behind a pooler that cannot keep
+    # prepared statements (PgBouncer before 1.21 in transaction mode).
+    PREPARE_STATEMENTS: bool = True
     # Most jobs one claim statement takes (also bounded by free slots).
     CLAIM_BATCH: int = 10
     # On SIGTERM, how long running jobs may take before their leases are released.

@@ -3,8 +3,8 @@
 The job exists if and only if the caller's transaction commits:
 
 * jobs in the same database as the business data: the row is inserted in the
-  caller's transaction, and workers are woken (and ``task_enqueued`` sent)
-  only after it commits;
+  caller's transaction, workers are woken by a NOTIFY that PostgreSQL delivers
+  when it commits, and ``task_enqueued`` is sent after the commit;
 * jobs in another database (``OPTIONS["DATABASE"]``): the insert is deferred
   with ``on_commit`` of every other database with an open transaction. This
   leaves one crash window — the process dying between the business commit and
@@ -126,10 +126,12 @@ def accept(db: str, job: Job, announce: Callable[[Job], None]) -> Job:
     """
     elsewhere = open_transactions_elsewhere(db)
     if not elsewhere:
-        stored, created = insert(db, job)
-        if created:
-            wake_on_commit(db, stored.queue)
-            transaction.on_commit(lambda: announce(stored), using=db, robust=True)
+        # Outside a transaction, one of our own: the row and its NOTIFY share one commit.
+        with transaction.atomic(using=db, savepoint=False):
+            stored, created = insert(db, job)
+            if created:
+                wake_on_commit(db, stored.queue)
+                transaction.on_commit(lambda: announce(stored), using=db, robust=True)
         return stored
     existing = find_existing(db, job.dedup_scope, job.idempotency_key)
     if existing is not None:

@@ -7,7 +7,42 @@ lease token, worker) — only the number of round trips changes.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from django.db import connections
+
 from .states import TRANSITIONS, JobState, Transition
+
+
+def fetch(db: str, sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tuple[Any, ...]]:
+    """Run one of these statements in the connection's current transaction; return its rows.
+
+    ``prepare`` (the PREPARE_STATEMENTS option) makes it a prepared statement
+    on this connection, through a server-side-binding psycopg cursor. Planning
+    the claim costs PostgreSQL more than running it — about 0.6 against
+    0.45 ms for a batch on our benchmark host — on every claim of every
+    worker; prepared, it is planned once per connection.
+
+    Django turns psycopg's preparing off (``prepare_threshold`` None) so that
+    poolers work; then nothing can be prepared, not even on request. We set a
+    threshold no query reaches, so only the statements asked for here are
+    prepared, and Django's own queries stay as they were.
+    """
+    wrapper = connections[db]
+    with wrapper.cursor() as outer, wrapper.wrap_database_errors:
+        if not prepare:
+            outer.execute(sql, params)
+            rows: list[tuple[Any, ...]] = outer.fetchall()
+            return rows
+        connection = outer.cursor.connection
+        if connection.prepare_threshold is None:
+            connection.prepare_threshold = sys.maxsize
+        with psycopg.Cursor(connection) as cursor:
+            cursor.execute(sql, params, prepare=True)
+            return cursor.fetchall()
 
 
 def _states(transition: Transition) -> str:

@@ -172,11 +172,12 @@ def claim(
     if limit < 1:
         return []
     postgresql = connections[db].vendor == "postgresql"
+    prepare = rules is None or rules.PREPARE_STATEMENTS
     plain = [q for q in queues if rules is None or not rules.constrained(q)]
     got: list[Claimed] = []
     if plain:
         if postgresql:
-            got = _claim_postgresql(db, worker, plain, limit, lease_seconds)
+            got = _claim_postgresql(db, worker, plain, limit, lease_seconds, prepare)
         else:
             with transaction.atomic(using=db):
                 rows = list(
@@ -193,7 +194,13 @@ def claim(
         if postgresql and rules.only_fair(queue):
             # Fairness needs no counts kept exact, so no lock: one statement.
             got += _claim_postgresql(
-                db, worker, [queue], limit - len(got), lease_seconds, rules.FAIR_QUEUES[queue]
+                db,
+                worker,
+                [queue],
+                limit - len(got),
+                lease_seconds,
+                prepare,
+                rules.FAIR_QUEUES[queue],
             )
         else:
             got += _claim_constrained(db, worker, queue, limit - len(got), lease_seconds, rules)
@@ -348,7 +355,9 @@ def _claim_constrained(
         per_key = key_limit is not None or key_rate is not None
         want = budget * 4 if per_key else budget
         if queue in rules.FAIR_QUEUES:
-            candidates = _fair_candidates(db, queue, want, rules.FAIR_QUEUES[queue])
+            candidates = _fair_candidates(
+                db, queue, want, rules.FAIR_QUEUES[queue], rules.PREPARE_STATEMENTS
+            )
         else:
             candidates = list(
                 _ready(db, [queue])
@@ -439,7 +448,7 @@ def _within_key_limits(
 
 
 def _fair_candidates(
-    db: str, queue: str, want: int, weights: Mapping[str, float]
+    db: str, queue: str, want: int, weights: Mapping[str, float], prepare: bool
 ) -> list[tuple[uuid.UUID, str | None]]:
     """The next ``want`` jobs of a queue, tenants interleaved by weight.
 
@@ -453,12 +462,11 @@ def _fair_candidates(
     """
     params: dict[str, Any] = {"queue": queue, "state": str(JobState.QUEUED), "k": want}
     if connections[db].vendor == "postgresql":
-        sql = pgsql.FAIR_CANDIDATES
+        rows = pgsql.fetch(db, pgsql.FAIR_CANDIDATES, params, prepare=prepare)
     else:
-        sql = _SQLITE_FAIR_CANDIDATES
-    with connections[db].cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+        with connections[db].cursor() as cursor:
+            cursor.execute(_SQLITE_FAIR_CANDIDATES, params)
+            rows = cursor.fetchall()
     # Turns continue from what each tenant already runs, so the shares hold
     # across batches and for long jobs, not just within one claim.
     per_tenant: dict[str, int] = dict(
@@ -504,6 +512,7 @@ def _claim_postgresql(
     queues: Sequence[str],
     limit: int,
     lease_seconds: float,
+    prepare: bool,
     fair_weights: Mapping[str, float] | None = None,
 ) -> list[Claimed]:
     """The same claim in one statement (pgsql.CLAIM, or CLAIM_FAIR for one fair queue)."""
@@ -522,14 +531,13 @@ def _claim_postgresql(
             weight_tenants=list(fair_weights),
             weights=[float(w) for w in fair_weights.values()],
         )
-    # savepoint=False: inside the worker's report-and-claim transaction a
-    # savepoint would cost two round trips and protect nothing.
-    with transaction.atomic(using=db, savepoint=False), connections[db].cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-        if signal_listeners(Transition.CLAIM):
-            for row in rows:
-                send_on_commit(db, row[0], Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)
+    # One statement, so atomic by itself: in autocommit it is its own
+    # transaction (and the signals go out at once, after it), inside the
+    # worker's report-and-claim transaction it is part of that.
+    rows = pgsql.fetch(db, sql, params, prepare=prepare)
+    if signal_listeners(Transition.CLAIM):
+        for row in rows:
+            send_on_commit(db, row[0], Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)
     return [
         Claimed(
             job_id=row[0],
@@ -633,19 +641,21 @@ def finish(
     worker_id: uuid.UUID,
     reports: Sequence[Report],
     retry_budgets: Mapping[str, tuple[int, float]] | None = None,
+    *,
+    prepare: bool = True,
 ) -> Finished:
     """Apply a batch of attempt outcomes; fence each on its lease.
 
     A report whose lease is gone (reaped, released, or re-claimed under a newer
     token) is *stale*: it is written to its attempt's ``late_report`` and
-    changes nothing else.
+    changes nothing else. ``prepare``: see pgsql.fetch.
     """
     done = Finished()
     if not reports:
         return done
     fast = [r for r in reports if _fast_success(db, r)]
     if fast:
-        applied = _complete_postgresql(db, worker_id, fast)
+        applied = _complete_postgresql(db, worker_id, fast, prepare)
         done.applied.extend((r, JobState.SUCCEEDED) for r in fast if _key(r) in applied)
         reports = [r for r in reports if _key(r) not in applied]
         if not reports:
@@ -743,7 +753,7 @@ def _key(report: Report) -> tuple[uuid.UUID, int]:
 
 
 def _complete_postgresql(
-    db: str, worker_id: uuid.UUID, reports: Sequence[Report]
+    db: str, worker_id: uuid.UUID, reports: Sequence[Report], prepare: bool
 ) -> set[tuple[uuid.UUID, int]]:
     """Apply successes in one round trip; return the (job, token) pairs it applied.
 
@@ -756,9 +766,8 @@ def _complete_postgresql(
         "results": [Jsonb(r.result) for r in reports],
         "worker_id": worker_id,
     }
-    with transaction.atomic(using=db, savepoint=False), connections[db].cursor() as cursor:
-        cursor.execute(pgsql.COMPLETE, params)
-        rows = cursor.fetchall()
+    with transaction.atomic(using=db, savepoint=False):
+        rows = pgsql.fetch(db, pgsql.COMPLETE, params, prepare=prepare)
     # The statement ends only leases whose job it then updates; anything else
     # would be a write that bypassed this module.
     assert all(updated for _, _, updated in rows), "a lease ended without its job"

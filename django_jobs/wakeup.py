@@ -1,12 +1,14 @@
-"""Waking idle workers when work arrives: NOTIFY after commit, LISTEN in workers.
+"""Waking idle workers when work arrives: NOTIFY at commit, LISTEN in workers.
 
 The notification is only a hint. Workers also poll every ``POLL_SECONDS``, so
 a lost notification (listener reconnecting, a pooler that cannot LISTEN, SQLite)
 costs latency, never a job.
 
-Enqueue sends at most one NOTIFY per queue per committed transaction: a loop
-that enqueues 10,000 jobs in one ``atomic()`` block wakes workers once, after
-the commit, and a rollback wakes nobody.
+The NOTIFY is sent inside the enqueuing transaction: PostgreSQL delivers it
+when that transaction commits and drops it on rollback, so a worker is woken
+the moment the job becomes visible, with no statement (and no second commit)
+after the caller's. It is sent once per queue per transaction: a loop that
+enqueues 10,000 jobs in one ``atomic()`` block notifies once.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger("django_jobs.wakeup")
@@ -24,34 +26,33 @@ logger = logging.getLogger("django_jobs.wakeup")
 CHANNEL = "django_jobs"
 
 
-class _PendingWake:
-    """The queues to notify when the transaction that holds ``hooks`` commits."""
+class _Notified:
+    """The queues already notified in the transaction that holds ``hooks``."""
 
-    def __init__(self, db: str, hooks: list[Any]) -> None:
-        self.db = db
+    def __init__(self, hooks: list[Any]) -> None:
         self.hooks = hooks
         self.queues: set[str] = set()
 
-    def fire(self) -> None:
-        notify(connections[self.db], self.queues)
-
 
 def wake_on_commit(db: str, queue: str) -> None:
+    """Have ``queue``'s workers woken when the current transaction commits (now if none)."""
     connection = connections[db]
     if connection.vendor != "postgresql":
         return
     if not connection.in_atomic_block:
         notify(connection, {queue})
         return
-    # Django replaces ``run_on_commit`` with a new list whenever a transaction
-    # or savepoint ends, and appends to it in place otherwise: the list's
-    # identity tells whether our callback belongs to the running transaction.
-    pending: _PendingWake | None = getattr(connection, "_django_jobs_wake", None)
-    if pending is None or pending.hooks is not connection.run_on_commit:
-        pending = _PendingWake(db, connection.run_on_commit)
-        connection._django_jobs_wake = pending  # type: ignore[attr-defined]
-        transaction.on_commit(pending.fire, using=db, robust=True)
-    pending.queues.add(queue)
+    # Django replaces ``run_on_commit`` with a new list when a transaction
+    # ends or a savepoint rolls back (which also discards a NOTIFY sent inside
+    # it), and appends to it in place otherwise: the list's identity tells
+    # whether our NOTIFY still belongs to the running transaction.
+    notified: _Notified | None = getattr(connection, "_django_jobs_notified", None)
+    if notified is None or notified.hooks is not connection.run_on_commit:
+        notified = _Notified(connection.run_on_commit)
+        connection._django_jobs_notified = notified  # type: ignore[attr-defined]
+    if queue not in notified.queues:
+        notify(connection, {queue})
+        notified.queues.add(queue)
 
 
 def notify(connection: BaseDatabaseWrapper, queues: Iterable[str]) -> None:

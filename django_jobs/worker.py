@@ -296,7 +296,11 @@ class Worker:
         reports = list(self.abandoned.values())
         self._retry_db(
             lambda: transitions.finish(
-                self.db, self.identity.id, reports, self.settings.RETRY_BUDGET
+                self.db,
+                self.identity.id,
+                reports,
+                self.settings.RETRY_BUDGET,
+                prepare=self.settings.PREPARE_STATEMENTS,
             ),
             tries=10,
         )
@@ -339,8 +343,12 @@ class Worker:
     def _report_and_claim(self, free: int) -> list[Claimed]:
         """Write the outcomes collected so far and claim up to ``free`` jobs, in one transaction.
 
-        One commit (one WAL flush) per cycle instead of two. If the database is
-        unavailable nothing is lost: the outcomes stay in memory for the next try.
+        One commit (one WAL flush) per cycle instead of two. With no outcome to
+        write, the claim is one statement and needs no transaction of ours: in
+        autocommit it is one round trip instead of three (BEGIN, claim,
+        COMMIT), which is most of an idle worker's pickup latency. If the
+        database is unavailable nothing is lost: the outcomes stay in memory
+        for the next try.
         """
         limit = min(free, self.settings.CLAIM_BATCH) if free > 0 else 0
         reports = list(self.unsent)
@@ -348,10 +356,15 @@ class Worker:
             return []
         with self.running_lock:
             self.reporting.update((r.job_id, r.token) for r in reports)
+        scope = transaction.atomic(using=self.db) if reports else contextlib.nullcontext()
         try:
-            with transaction.atomic(using=self.db):
+            with scope:
                 done = transitions.finish(
-                    self.db, self.identity.id, reports, self.settings.RETRY_BUDGET
+                    self.db,
+                    self.identity.id,
+                    reports,
+                    self.settings.RETRY_BUDGET,
+                    prepare=self.settings.PREPARE_STATEMENTS,
                 )
                 got = transitions.claim(
                     self.db,

@@ -237,6 +237,33 @@ def test_enqueue__rollback_wakes_nobody_and_the_next_commit_does(pg: None) -> No
         assert [n.payload for n in listener.notifies(timeout=0.5)] == ["default"]
 
 
+def test_enqueue__wakes_nobody_before_the_commit(pg: None) -> None:
+    with _listen() as listener:
+        with transaction.atomic():
+            tasks.add.enqueue(1, 1)
+            before = [n.payload for n in listener.notifies(timeout=0.3)]
+        after = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert (before, after) == ([], ["default"])
+
+
+def test_enqueue__a_savepoint_rollback_does_not_swallow_the_wake_of_later_jobs(pg: None) -> None:
+    with _listen() as listener:
+        with transaction.atomic():
+            with pytest.raises(RuntimeError), transaction.atomic():
+                tasks.add.enqueue(1, 1)
+                raise RuntimeError
+            tasks.add.enqueue(2, 2)
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert notes == ["default"]
+
+
+def test_enqueue__outside_a_transaction_still_wakes_workers(pg: None) -> None:
+    with _listen() as listener:
+        tasks.add.enqueue(1, 1)
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert (notes, job_count()) == (["default"], 1)
+
+
 def test_get_result__unknown_and_malformed_ids_do_not_exist(pg: None) -> None:
     backend = tasks.add.get_backend()
     with pytest.raises(TaskResultDoesNotExist, match="No job with id"):

@@ -11,6 +11,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_jobs import transitions
+from django_jobs.conf import JobsOptions
 from django_jobs.exceptions import InvalidTransitionError
 from django_jobs.models import Attempt, Job, JobEvent, Lease
 from django_jobs.retry import Decision, Verdict
@@ -176,6 +177,41 @@ def test_claim__writes_attempt_and_lease_with_the_attempt_number_as_token(pg: No
     assert (claimed.token, lease.token, attempt.number) == (3, 3, 3)
     assert (lease.worker_id, attempt.outcome) == (ME.id, AttemptOutcome.RUNNING)
     assert Job.objects.get().state == JobState.RUNNING
+
+
+def _prepared_statements() -> list[str]:
+    with connections[DB].cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_claim_and_complete__are_prepared_statements_only_when_asked(
+    pg: None, prepare: bool
+) -> None:
+    make_job()
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": prepare})
+    [claimed] = transitions.claim(DB, ME, QUEUES, 10, 10, rules)
+    success = Report(claimed.job_id, claimed.token, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
+    done = transitions.finish(DB, ME.id, [success], prepare=prepare)
+    prepared = " ".join(_prepared_statements())
+    assert done.applied == [(success, JobState.SUCCEEDED)]
+    # psycopg prepares them with $n placeholders, so look for their writes.
+    assert (
+        "INSERT INTO django_jobs_lease" in prepared,
+        "DELETE FROM django_jobs_lease" in prepared,
+    ) == (
+        prepare,
+        prepare,
+    )
+
+
+def test_prepared_statements__leave_djangos_own_queries_unprepared(pg: None) -> None:
+    make_job()
+    transitions.claim(DB, ME, QUEUES, 10, 10)
+    for _ in range(10):
+        Job.objects.filter(state=JobState.RUNNING).count()
+    assert [s for s in _prepared_statements() if "django_jobs_job" in s and "count" in s] == []
 
 
 def test_renew__extends_held_leases_and_reports_lost_ones(pg: None) -> None:
