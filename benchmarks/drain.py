@@ -56,7 +56,8 @@ def queue_jobs(count: int) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE django_jobs_job, django_jobs_worker, django_jobs_retrywindow CASCADE"
+            "TRUNCATE django_jobs_job, django_jobs_attempt, django_jobs_lease, "
+            "django_jobs_jobevent, django_jobs_worker, django_jobs_retrywindow CASCADE"
         )
     with transaction.atomic():
         enqueue_many(noop, [((), {})] * count)

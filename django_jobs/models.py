@@ -89,7 +89,13 @@ class Job(models.Model):
                 condition=Q(state__in=[JobState.RUNNING, JobState.CANCELLING]),
                 name="django_jobs_leased_idx",
             ),
-            models.Index(fields=["finished_at"], name="django_jobs_finished_idx"),
+            # Pruning by age. Partial: a job gets no entry until it finishes, so
+            # the claim's update of every job skips this index.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(finished_at__isnull=False),
+                name="django_jobs_finished_idx",
+            ),
             # The admin's and the API's lists: newest first, whole and by state or tenant.
             models.Index(fields=["-enqueued_at", "-id"], name="django_jobs_recent_idx"),
             models.Index(
@@ -153,7 +159,10 @@ class Job(models.Model):
 class Attempt(models.Model):
     """One execution try of a job. History: never rewritten after it ends."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    # No index of its own: the unique (job, number) index leads with the job.
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="attempt_set", db_index=False
+    )
     number = models.PositiveIntegerField()
     worker_id = models.UUIDField(null=True, blank=True)
     worker_name = models.CharField(max_length=255, blank=True, default="")
@@ -193,12 +202,19 @@ class Lease(models.Model):
     ``token`` is the attempt number: only the holder of the current token may
     complete, fail or report progress. The row is deleted when the attempt
     ends, so this table only ever holds running work.
+
+    No foreign-key constraints in the database: a lease is written and
+    deleted only by the claim and finish statements, together with its job
+    and attempt, and checking the two references cost two lookups per job
+    claimed. Django still cascades deletes.
     """
 
     job = models.OneToOneField(
-        Job, on_delete=models.CASCADE, primary_key=True, related_name="lease"
+        Job, on_delete=models.CASCADE, primary_key=True, related_name="lease", db_constraint=False
     )
-    attempt = models.OneToOneField(Attempt, on_delete=models.CASCADE, related_name="lease")
+    attempt = models.OneToOneField(
+        Attempt, on_delete=models.CASCADE, related_name="lease", db_constraint=False
+    )
     token = models.PositiveIntegerField()
     worker_id = models.UUIDField()
     acquired_at = models.DateTimeField()
