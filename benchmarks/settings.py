@@ -24,7 +24,7 @@ TASKS = {
     "default": {
         "BACKEND": "django_jobs.backend.JobsBackend",
         "QUEUES": ["default"],
-        "OPTIONS": {"CLAIM_BATCH": int(os.environ.get("BENCH_CLAIM_BATCH", "10"))},
+        "OPTIONS": {},
     },
     # benchmarks/fairness.py: the same database, a plain and a fair queue. A
     # backend of its own, so the other benchmarks' workers never run the fair
@@ -32,10 +32,7 @@ TASKS = {
     "fairness": {
         "BACKEND": "django_jobs.backend.JobsBackend",
         "QUEUES": ["plain", "fair"],
-        "OPTIONS": {
-            "CLAIM_BATCH": int(os.environ.get("BENCH_CLAIM_BATCH", "10")),
-            "FAIR_QUEUES": {"fair": {}},
-        },
+        "OPTIONS": {"FAIR_QUEUES": {"fair": {}}},
     },
 }
 LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -45,7 +45,7 @@ class JobsOptions:
     # prepared statements (PgBouncer before 1.21 in transaction mode).
     PREPARE_STATEMENTS: bool = True
     # Most jobs one claim statement takes (also bounded by free slots).
-    CLAIM_BATCH: int = 10
+    CLAIM_BATCH: int = 100
     # On SIGTERM, how long running jobs may take before their leases are released.
     SHUTDOWN_GRACE_SECONDS: float = 30.0
     # A worker row whose heartbeat is older than this is shown as stale.

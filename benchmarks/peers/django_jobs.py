@@ -1,9 +1,7 @@
 """django-jobs itself: ``manage.py runworkers`` on ``benchmarks.settings``.
 
-There is no bulk enqueue API yet, so W1 bulk reports "no bulk path" (until
-``JobsBackend`` gains an ``enqueue_many``); queuing for W2 enqueues one job
-through ``task.enqueue()`` and clones its row in SQL, which keeps the harness
-independent of the engine's internals.
+W1 bulk and the queuing for W2/W4 go through ``django_jobs.enqueue_many``
+(COPY in the caller's transaction), so they use the public API only.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ class DjangoJobs(Peer):
         return {
             "defaults": WorkerSetting("defaults", "runworkers (-p 1, 16 threads)", RUNWORKERS),
             "best": WorkerSetting(
-                "best", "runworkers -p 2 -c 8", [*RUNWORKERS, "-p", "2", "-c", "8"]
+                "best", "runworkers -p 2 -c 64", [*RUNWORKERS, "-p", "2", "-c", "64"]
             ),
         }
 
