@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--a-jobs", type=int, default=20000)
     parser.add_argument("--b-jobs", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--workers", default="-p 2 -c 8")
+    parser.add_argument("--workers", default="-p 2 -c 64")
     options = parser.parse_args()
     setup_django()
     ensure_database()

@@ -112,7 +112,7 @@ _PICK_FAIR = f"""
               AND job.run_after <= now()
               AND (job.expires_at IS NULL OR job.expires_at > now())
             ORDER BY job.priority DESC, job.run_after
-            LIMIT %(limit)s
+            LIMIT 2 * %(limit)s
         ) AS head
         WHERE tenants.tenant IS NOT NULL
           AND %(queue)s NOT IN (SELECT queue FROM django_jobs_queuestate WHERE paused)
@@ -123,17 +123,27 @@ _PICK_FAIR = f"""
     ), weights AS (
         SELECT * FROM unnest(%(weight_tenants)s::text[], %(weights)s::float8[]) AS w(tenant, weight)
     ), ranked AS (
-        SELECT heads.id
+        SELECT heads.id,
+               row_number() OVER (
+                   ORDER BY (COALESCE(running.n, 0) + heads.turn - 0.5)
+                            / COALESCE(weights.weight, 1.0),
+                            heads.priority DESC, heads.run_after) AS place
         FROM heads
         LEFT JOIN running ON running.tenant = heads.tenant
         LEFT JOIN weights ON weights.tenant = heads.tenant
-        ORDER BY (COALESCE(running.n, 0) + heads.turn - 0.5) / COALESCE(weights.weight, 1.0),
-                 heads.priority DESC, heads.run_after
-        LIMIT %(limit)s
+        ORDER BY place
+        LIMIT 2 * %(limit)s
     )
-    SELECT id FROM django_jobs_job
-    WHERE id IN (SELECT id FROM ranked) AND state = '{JobState.QUEUED}'
-    FOR UPDATE SKIP LOCKED
+    -- Twice the batch is ranked and locked in rank order, skipping rows that
+    -- a concurrent claimer holds: two workers that ranked the same heads then
+    -- take consecutive batches of the fair order instead of one taking all and
+    -- the other nothing.
+    SELECT job.id
+    FROM ranked JOIN django_jobs_job AS job ON job.id = ranked.id
+    WHERE job.state = '{JobState.QUEUED}'
+    ORDER BY ranked.place
+    LIMIT %(limit)s
+    FOR UPDATE OF job SKIP LOCKED
 """
 
 # Everything after the pick: mark the picked rows running and give each an

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.tasks import task_backends
 
 from django_jobs import JobState, control, enqueue_many, transitions
@@ -136,6 +137,25 @@ def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
     while len(order) < 200:
         order += [c.tenant for c in transitions.claim("default", me, ["fair"], 10, 30.0, weighted)]
     assert Counter(order[:200]) == {"gold": 150, "basic": 50}
+
+
+def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_not_nothing(pg: None) -> None:
+    bulk_queue("tenant-a", 20)
+    bulk_queue("tenant-b", 20)
+    others: list[transitions.Claimed] = []
+
+    def claim_elsewhere() -> None:
+        others.extend(claim(["fair"], limit=4))
+        connections.close_all()
+
+    with transaction.atomic():
+        first = claim(["fair"], limit=4)  # its rows stay locked until this block commits
+        elsewhere = threading.Thread(target=claim_elsewhere)
+        elsewhere.start()
+        elsewhere.join()
+    assert {c.job_id for c in first}.isdisjoint(c.job_id for c in others)
+    assert Counter(c.tenant for c in first) == {"tenant-a": 2, "tenant-b": 2}
+    assert Counter(c.tenant for c in others) == {"tenant-a": 2, "tenant-b": 2}
 
 
 # -- rate limits and polling -----------------------------------------------------------------
