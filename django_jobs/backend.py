@@ -90,7 +90,7 @@ class JobsBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> JobResult:
         self._check_task(task)
-        job = self._new_job(task, args, kwargs)
+        job = self._new_job(self._job_template(task), args, kwargs)
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None:
             self.depth.check(self.db, task.queue_name, limit)
@@ -112,10 +112,11 @@ class JobsBackend(BaseTaskBackend):
                 f"{task.module_path}: enqueue_many does not take an idempotency key; "
                 "enqueue those jobs one by one."
             )
+        template = self._job_template(task)
         jobs = []
         for index, (args, kwargs) in enumerate(calls):
             try:
-                jobs.append(self._new_job(task, args, kwargs))
+                jobs.append(self._new_job(template, args, kwargs))
             except EnqueueError as exc:
                 raise type(exc)(f"call {index}: {exc}") from None
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
@@ -140,29 +141,32 @@ class JobsBackend(BaseTaskBackend):
                 f"TASKS[{self.alias!r}]['OPTIONS']['TASK_MODULES'])."
             )
 
-    def _new_job(self, task: Task[Any, Any], args: Any, kwargs: Any) -> Job:
-        """An unsaved, validated job for one call of ``task``."""
+    def _job_template(self, task: Task[Any, Any]) -> dict[str, Any]:
+        """Everything a job of ``task`` takes but its arguments: worked out once per batch."""
+        options = task if isinstance(task, JobTask) else None
+        return {
+            "backend": self.alias,
+            "task_name": task.module_path,
+            "task_version": options.version if options else "",
+            "queue": task.queue_name,
+            "priority": task.priority,
+            "run_after": task.run_after,
+            "expires_at": options.expires_at if options else None,
+            "tenant": options.tenant if options else "",
+            "initiator": options.initiator if options else "",
+            "idempotency_key": options.idempotency_key if options else None,
+            "concurrency_key": options.concurrency_key if options else None,
+            "max_attempts": (options.max_attempts if options else None)
+            or self.settings.MAX_ATTEMPTS,
+            "timeout": options.timeout if options else None,
+        }
+
+    def _new_job(self, template: dict[str, Any], args: Any, kwargs: Any) -> Job:
+        """An unsaved, validated job for one call (``template``: see _job_template)."""
         args = list(args)
         kwargs = dict(kwargs)
         check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
-        options = task if isinstance(task, JobTask) else None
-        return new_job(
-            backend=self.alias,
-            task_name=task.module_path,
-            task_version=options.version if options else "",
-            args=args,
-            kwargs=kwargs,
-            queue=task.queue_name,
-            priority=task.priority,
-            run_after=task.run_after,
-            expires_at=options.expires_at if options else None,
-            tenant=options.tenant if options else "",
-            initiator=options.initiator if options else "",
-            idempotency_key=options.idempotency_key if options else None,
-            concurrency_key=options.concurrency_key if options else None,
-            max_attempts=(options.max_attempts if options else None) or self.settings.MAX_ATTEMPTS,
-            timeout=options.timeout if options else None,
-        )
+        return new_job(args=args, kwargs=kwargs, **template)
 
     def _announce(self, task: Task[Any, Any], job: Job) -> None:
         task_enqueued.send(type(self), task_result=build(task, job, []))

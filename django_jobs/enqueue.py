@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
@@ -94,28 +94,39 @@ def new_job(
     timeout: float | None,
 ) -> Job:
     now = timezone.now()
-    return Job(
-        id=uuid.uuid4(),
-        backend=backend,
-        task_name=task_name,
-        task_version=task_version,
-        args=args,
-        kwargs=kwargs,
-        queue=queue,
-        priority=priority,
-        run_after=run_after or now,
-        expires_at=expires_at,
-        tenant=tenant,
-        initiator=initiator,
-        idempotency_key=idempotency_key,
-        dedup_scope=dedup_scope(task_name, tenant),
-        concurrency_key=concurrency_key,
-        max_attempts=max_attempts,
-        attempt_budget=max_attempts,
-        timeout=timeout,
-        enqueued_at=now,
-        updated_at=now,
-    )
+    given = {
+        "id": uuid.uuid4(),
+        "backend": backend,
+        "task_name": task_name,
+        "task_version": task_version,
+        "args": args,
+        "kwargs": kwargs,
+        "queue": queue,
+        "priority": priority,
+        "run_after": run_after or now,
+        "expires_at": expires_at,
+        "tenant": tenant,
+        "initiator": initiator,
+        "idempotency_key": idempotency_key,
+        "dedup_scope": dedup_scope(task_name, tenant),
+        "concurrency_key": concurrency_key,
+        "max_attempts": max_attempts,
+        "attempt_budget": max_attempts,
+        "timeout": timeout,
+        "enqueued_at": now,
+        "updated_at": now,
+    }
+    # Positional, every field in order: Django's keyword path looks up and pops
+    # each field's default, which was most of enqueue_many's time (0.60 against
+    # 0.16 s for 20,000 jobs).
+    values = [given[name] if name in given else default() for name, default in _columns()]
+    positional: Callable[..., Job] = Job  # django-stubs types keyword construction only
+    return positional(*values)
+
+
+@cache
+def _columns() -> list[tuple[str, Callable[[], Any]]]:
+    return [(f.attname, f.get_default) for f in Job._meta.concrete_fields]
 
 
 def accept(db: str, job: Job, announce: Callable[[Job], None]) -> Job:
@@ -172,7 +183,8 @@ def _copy_jobs(db: str, jobs: list[Job]) -> None:
 
     The values are the model's attributes as they are (new_job built them):
     psycopg adapts UUIDs, datetimes and strings itself, and JSON columns are
-    wrapped in Jsonb. It runs on the connection's transaction like any query.
+    wrapped in Jsonb (None stays SQL NULL, as the ORM writes it). It runs on
+    the connection's transaction like any query.
     """
     fields = Job._meta.concrete_fields
     json_columns = {f.attname for f in fields if isinstance(f, JSONField)}
@@ -184,7 +196,9 @@ def _copy_jobs(db: str, jobs: list[Job]) -> None:
                 values = job.__dict__
                 copy.write_row(
                     [
-                        Jsonb(values[f.attname]) if f.attname in json_columns else values[f.attname]
+                        Jsonb(values[f.attname])
+                        if f.attname in json_columns and values[f.attname] is not None
+                        else values[f.attname]
                         for f in fields
                     ]
                 )

@@ -279,6 +279,21 @@ def test_enqueue_many__writes_every_job_in_the_callers_transaction(pg: None) -> 
     assert {r.id for r in results} == {str(i) for i in Job.objects.values_list("id", flat=True)}
 
 
+def test_enqueue_many__writes_the_same_row_as_enqueue(pg: None) -> None:
+    one = tasks.add.enqueue(1, 2)
+    [many] = enqueue_many(tasks.add, [((1, 2), {})])
+    columns = [f.attname for f in Job._meta.concrete_fields if f.attname not in _PER_JOB]
+    rows = {
+        str(row["id"]): {k: row[k] for k in columns}
+        for row in Job.objects.values("id", *columns)
+    }
+    assert rows[many.id] == rows[one.id]
+    assert Job.objects.filter(result__isnull=True).count() == 2
+
+
+_PER_JOB = {"id", "run_after", "enqueued_at", "updated_at"}
+
+
 def test_enqueue_many__vanishes_with_a_rollback(pg: None) -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
         enqueue_many(tasks.add, [((n, n), {}) for n in range(10)])
