@@ -284,8 +284,7 @@ def test_enqueue_many__writes_the_same_row_as_enqueue(pg: None) -> None:
     [many] = enqueue_many(tasks.add, [((1, 2), {})])
     columns = [f.attname for f in Job._meta.concrete_fields if f.attname not in _PER_JOB]
     rows = {
-        str(row["id"]): {k: row[k] for k in columns}
-        for row in Job.objects.values("id", *columns)
+        str(row["id"]): {k: row[k] for k in columns} for row in Job.objects.values("id", *columns)
     }
     assert rows[many.id] == rows[one.id]
     assert Job.objects.filter(result__isnull=True).count() == 2
