@@ -172,7 +172,7 @@ def claim(
     if limit < 1:
         return []
     postgresql = connections[db].vendor == "postgresql"
-    prepare = rules is None or rules.PREPARE_STATEMENTS
+    prepare = (rules or JobsOptions()).PREPARE_STATEMENTS
     plain = [q for q in queues if rules is None or not rules.constrained(q)]
     got: list[Claimed] = []
     if plain:
@@ -640,22 +640,22 @@ def finish(
     db: str,
     worker_id: uuid.UUID,
     reports: Sequence[Report],
-    retry_budgets: Mapping[str, tuple[int, float]] | None = None,
-    *,
-    prepare: bool = True,
+    rules: JobsOptions | None = None,
 ) -> Finished:
     """Apply a batch of attempt outcomes; fence each on its lease.
 
     A report whose lease is gone (reaped, released, or re-claimed under a newer
     token) is *stale*: it is written to its attempt's ``late_report`` and
-    changes nothing else. ``prepare``: see pgsql.fetch.
+    changes nothing else. ``rules`` gives the retry budgets and whether to
+    prepare the completion statement (the defaults when None).
     """
     done = Finished()
     if not reports:
         return done
+    rules = rules or JobsOptions()
     fast = [r for r in reports if _fast_success(db, r)]
     if fast:
-        applied = _complete_postgresql(db, worker_id, fast, prepare)
+        applied = _complete_postgresql(db, worker_id, fast, rules.PREPARE_STATEMENTS)
         done.applied.extend((r, JobState.SUCCEEDED) for r in fast if _key(r) in applied)
         reports = [r for r in reports if _key(r) not in applied]
         if not reports:
@@ -695,7 +695,7 @@ def finish(
                 if transition is Transition.SCHEDULE_RETRY:
                     assert report.decision is not None
                     job_changes["run_after"] = _retry_at(
-                        db, job.queue, now, report.decision.delay, retry_budgets or {}
+                        db, job.queue, now, report.decision.delay, rules.RETRY_BUDGET
                     )
                 else:
                     job_changes["finished_at"] = now
@@ -766,8 +766,7 @@ def _complete_postgresql(
         "results": [Jsonb(r.result) for r in reports],
         "worker_id": worker_id,
     }
-    with transaction.atomic(using=db, savepoint=False):
-        rows = pgsql.fetch(db, pgsql.COMPLETE, params, prepare=prepare)
+    rows = pgsql.fetch(db, pgsql.COMPLETE, params, prepare=prepare)  # one statement: atomic
     # The statement ends only leases whose job it then updates; anything else
     # would be a write that bypassed this module.
     assert all(updated for _, _, updated in rows), "a lease ended without its job"

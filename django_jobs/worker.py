@@ -295,13 +295,7 @@ class Worker:
             return
         reports = list(self.abandoned.values())
         self._retry_db(
-            lambda: transitions.finish(
-                self.db,
-                self.identity.id,
-                reports,
-                self.settings.RETRY_BUDGET,
-                prepare=self.settings.PREPARE_STATEMENTS,
-            ),
+            lambda: transitions.finish(self.db, self.identity.id, reports, self.settings),
             tries=10,
         )
         with self.running_lock:
@@ -359,13 +353,7 @@ class Worker:
         scope = transaction.atomic(using=self.db) if reports else contextlib.nullcontext()
         try:
             with scope:
-                done = transitions.finish(
-                    self.db,
-                    self.identity.id,
-                    reports,
-                    self.settings.RETRY_BUDGET,
-                    prepare=self.settings.PREPARE_STATEMENTS,
-                )
+                done = transitions.finish(self.db, self.identity.id, reports, self.settings)
                 got = transitions.claim(
                     self.db,
                     self.identity,

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState, control, transitions
 from django_jobs.attempt import AttemptControl
+from django_jobs.conf import JobsOptions
 from django_jobs.exceptions import InvalidTransitionError, QueueFullError
 from django_jobs.models import Attempt, Job, JobEvent, RetryWindow, Worker
 from django_jobs.retry import Decision, Verdict
@@ -239,7 +240,8 @@ def test_retry_budget__retries_beyond_the_budget_are_pushed_to_later_windows(pg:
         for c in claimed
     ]
     before = timezone.now()
-    transitions.finish("default", me.id, reports, {"default": (2, 60.0)})
+    budget = JobsOptions.from_mapping("default", {"RETRY_BUDGET": {"default": (2, 60.0)}})
+    transitions.finish("default", me.id, reports, budget)
     delays = sorted((job.run_after - before).total_seconds() for job in Job.objects.all())
     assert [d < 1 for d in delays] == [True, True, False, False, False]
     assert all(d <= 180 for d in delays)

@@ -193,7 +193,7 @@ def test_claim_and_complete__are_prepared_statements_only_when_asked(
     rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": prepare})
     [claimed] = transitions.claim(DB, ME, QUEUES, 10, 10, rules)
     success = Report(claimed.job_id, claimed.token, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
-    done = transitions.finish(DB, ME.id, [success], prepare=prepare)
+    done = transitions.finish(DB, ME.id, [success], rules)
     prepared = " ".join(_prepared_statements())
     assert done.applied == [(success, JobState.SUCCEEDED)]
     # psycopg prepares them with $n placeholders, so look for their writes.
