@@ -16,10 +16,8 @@ from __future__ import annotations
 import difflib
 import getpass
 import json
-import math
 import os
 import uuid
-from argparse import ArgumentTypeError
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -32,6 +30,7 @@ from django.utils import timezone
 from django_jobs import control, registry, retention
 from django_jobs.backend import JobsBackend
 from django_jobs.cli import render
+from django_jobs.cli.arguments import non_negative_float, positive_float, positive_int
 from django_jobs.cli.stats import queue_stats, worker_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
 from django_jobs.models import Attempt, Job, JobEvent
@@ -41,42 +40,6 @@ from django_jobs.tasks import JobTask
 LIST_LIMIT = 50
 TASK_WIDTH = 48
 ERROR_WIDTH = 120
-
-
-# Argument types raise ArgumentTypeError, not CommandError: argparse turns it into
-# "argument --limit: ..." with the usage line, from the shell and from call_command.
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise ArgumentTypeError(f"{value!r} is not a whole number.") from None
-    if number < 1:
-        raise ArgumentTypeError(f"{value} must be at least 1.")
-    return number
-
-
-def _number(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ArgumentTypeError(f"{value!r} is not a number.") from None
-    if not math.isfinite(number):
-        raise ArgumentTypeError(f"{value} is not a finite number.")
-    return number
-
-
-def _positive_float(value: str) -> float:
-    number = _number(value)
-    if number <= 0:
-        raise ArgumentTypeError(f"{value} must be more than zero.")
-    return number
-
-
-def _non_negative_float(value: str) -> float:
-    number = _number(value)
-    if number < 0:
-        raise ArgumentTypeError(f"{value} must not be negative.")
-    return number
 
 
 def default_actor() -> str:
@@ -147,7 +110,7 @@ class Command(BaseCommand):
         sub.add_argument("--tenant", help="Only jobs of this tenant.")
         sub.add_argument(
             "--limit",
-            type=_positive_int,
+            type=positive_int,
             default=LIST_LIMIT,
             help=f"Show at most this many jobs (default: {LIST_LIMIT}).",
         )
@@ -172,7 +135,7 @@ class Command(BaseCommand):
         sub.add_argument("--idempotency-key", help="Enqueue once per key and tenant.")
         sub.add_argument(
             "--delay",
-            type=_non_negative_float,
+            type=non_negative_float,
             metavar="SECONDS",
             help="Do not run before this many seconds from now.",
         )
@@ -206,7 +169,7 @@ class Command(BaseCommand):
         sub = add("prune", "Delete finished jobs older than the retention period, in batches.")
         sub.add_argument(
             "--older-than",
-            type=_positive_float,
+            type=positive_float,
             metavar="DAYS",
             help="Delete jobs finished more than this many days ago "
             "(default: the backend's RETENTION_DAYS).",
@@ -218,7 +181,7 @@ class Command(BaseCommand):
         )
         sub.add_argument(
             "--batch-size",
-            type=_positive_int,
+            type=positive_int,
             default=retention.DEFAULT_BATCH_SIZE,
             help=f"Jobs deleted per transaction (default: {retention.DEFAULT_BATCH_SIZE}).",
         )

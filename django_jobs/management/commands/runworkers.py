@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from typing import Any
@@ -12,18 +11,9 @@ from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
 from django_jobs.backend import JobsBackend
+from django_jobs.cli.arguments import positive_int
 from django_jobs.supervisor import Supervisor
 from django_jobs.worker import WorkerConfig
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return number
 
 
 class Command(BaseCommand):
@@ -45,14 +35,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "-p",
             "--processes",
-            type=_positive,
+            type=positive_int,
             default=1,
             help="Worker processes to run (default: 1).",
         )
         parser.add_argument(
             "-c",
             "--concurrency",
-            type=_positive,
+            type=positive_int,
             default=16,
             help="Jobs each process runs at once, in threads (default: 16).",
         )
@@ -64,13 +54,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--max-jobs",
-            type=_positive,
+            type=positive_int,
             default=None,
             help="Replace a worker process after it has run this many jobs.",
         )
         parser.add_argument(
             "--max-memory",
-            type=_positive,
+            type=positive_int,
             default=None,
             metavar="MB",
             help="Replace a worker process once its resident memory exceeds this many MB.",
