@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Min, Prefetch, Q, QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from django.tasks import task_backends
 from django.utils import timezone
@@ -27,7 +27,7 @@ from rest_framework.views import APIView
 
 from django_jobs import control
 from django_jobs.backend import JobsBackend
-from django_jobs.cli.stats import FAILED_STATES, THROUGHPUT_WINDOW
+from django_jobs.cli.stats import queue_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
 from django_jobs.models import Attempt, Job, Worker, leases_held
 from django_jobs.states import TRANSITIONS, JobState, django_status
@@ -235,58 +235,22 @@ class QueueStatsView(APIView):
         jobs = settings.authority.filter_jobs(request, Action.VIEW, _jobs())
         now = timezone.now()
         backend = task_backends[settings.backend]
-        queues: dict[str, dict[str, Any]] = {}
-
-        def entry(queue: str) -> dict[str, Any]:
-            return queues.setdefault(
-                queue,
-                {
-                    "queue": queue,
-                    "depth": {state.value: 0 for state in JobState},
-                    "ready": 0,
-                    "scheduled": 0,
-                    "oldest_ready_at": None,
-                    "oldest_ready_age": None,
-                    "succeeded_last_hour": 0,
-                    "failed_last_hour": 0,
-                },
-            )
-
-        # Configured queues are listed even when empty: an empty queue is an answer.
-        for queue in sorted(backend.queues or ()):
-            entry(queue)
-        # One grouped count; the depth of finished states scans the table, which
-        # prune (RETENTION_DAYS) keeps bounded.
-        for row in jobs.order_by().values("queue", "state").annotate(n=Count("pk")):
-            entry(row["queue"])["depth"][row["state"]] = row["n"]
-        ready = (
-            jobs.filter(state=JobState.QUEUED, run_after__lte=now)
-            .order_by()
-            .values("queue")
-            .annotate(n=Count("pk"), oldest=Min("run_after"))
-        )
-        for waiting in ready:
-            stats = entry(waiting["queue"])
-            stats["ready"] = waiting["n"]
-            stats["oldest_ready_at"] = waiting["oldest"]
-            stats["oldest_ready_age"] = max(0.0, (now - waiting["oldest"]).total_seconds())
-        # Throughput over the last hour, as `manage.py jobs stats` shows it.
-        ended = (
-            jobs.filter(finished_at__gte=now - THROUGHPUT_WINDOW)
-            .order_by()
-            .values("queue")
-            .annotate(
-                succeeded=Count("pk", filter=Q(state=JobState.SUCCEEDED)),
-                failed=Count("pk", filter=Q(state__in=FAILED_STATES)),
-            )
-        )
-        for done in ended:
-            stats = entry(done["queue"])
-            stats["succeeded_last_hour"] = done["succeeded"]
-            stats["failed_last_hour"] = done["failed"]
-        for stats in queues.values():
-            stats["scheduled"] = stats["depth"][JobState.QUEUED] - stats["ready"]
-        data = [queues[name] for name in sorted(queues)]
+        # The same numbers as `manage.py jobs stats`, over the jobs this caller may see.
+        data = [
+            {
+                "queue": stats.queue,
+                "depth": {state.value: stats.by_state[state.value] for state in JobState},
+                "ready": stats.by_state[JobState.QUEUED] - stats.scheduled,
+                "scheduled": stats.scheduled,
+                "oldest_ready_at": None if stats.oldest_ready is None else now - stats.oldest_ready,
+                "oldest_ready_age": None
+                if stats.oldest_ready is None
+                else max(0.0, stats.oldest_ready.total_seconds()),
+                "succeeded_last_hour": stats.succeeded_last_hour,
+                "failed_last_hour": stats.failed_last_hour,
+            }
+            for stats in queue_stats(jobs, backend.queues or (), now)
+        ]
         return Response(QueueStatsSerializer(data, many=True).data)
 
 

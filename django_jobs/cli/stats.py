@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 
 from ..models import Job, Worker
 from ..states import LEASED_STATES, JobState
@@ -44,8 +44,11 @@ class WorkerStats:
     stale: int
 
 
-def queue_stats(db: str, queues: Iterable[str], now: datetime) -> list[QueueStats]:
-    """Stats for the configured ``queues`` and any other queue that has rows, by name."""
+def queue_stats(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> list[QueueStats]:
+    """Stats of ``jobs`` for the configured ``queues`` and any other queue with rows, by name.
+
+    ``jobs`` is the whole table for the CLI, and what the caller may see for the API.
+    """
     stats: dict[str, QueueStats] = {name: QueueStats(name) for name in queues}
 
     def entry(name: str) -> QueueStats:
@@ -53,7 +56,7 @@ def queue_stats(db: str, queues: Iterable[str], now: datetime) -> list[QueueStat
             stats[name] = QueueStats(name)
         return stats[name]
 
-    jobs = Job.objects.using(db).order_by()
+    jobs = jobs.order_by()
     for row in jobs.values("queue", "state").annotate(n=Count("id")):
         entry(row["queue"]).by_state[row["state"]] = row["n"]
     ready = jobs.filter(state=JobState.QUEUED).values("queue")

@@ -371,7 +371,7 @@ class Command(BaseCommand):
 
     def _stats(self, backend: JobsBackend, options: dict[str, Any]) -> None:
         now = timezone.now()
-        stats = queue_stats(backend.db, backend.queues, now)
+        stats = queue_stats(Job.objects.using(backend.db), backend.queues, now)
         states = list(JobState.values)
         self.stdout.write(
             render.table(
