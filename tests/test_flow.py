@@ -152,7 +152,8 @@ def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_not_nothing(pg
         first = claim(["fair"], limit=4)  # its rows stay locked until this block commits
         elsewhere = threading.Thread(target=claim_elsewhere)
         elsewhere.start()
-        elsewhere.join()
+        elsewhere.join(10)  # a claim that waited for our locks would hang here, not pass
+        assert not elsewhere.is_alive()
     assert {c.job_id for c in first}.isdisjoint(c.job_id for c in others)
     assert Counter(c.tenant for c in first) == {"tenant-a": 2, "tenant-b": 2}
     assert Counter(c.tenant for c in others) == {"tenant-a": 2, "tenant-b": 2}
