@@ -36,9 +36,9 @@ def enqueue_many(
 ) -> list[JobResult]:
     """Enqueue many calls of one task at once: ``[(args, kwargs), ...]``.
 
-    Every call is validated first (nothing is written if one is wrong), then
-    the jobs are inserted in bulk in the caller's transaction; workers are
-    woken once, after it commits.
+    Every call is validated (nothing is written if one is wrong) and the jobs
+    are inserted in bulk in the caller's transaction; workers are woken once,
+    after it commits.
     """
     from .backend import JobsBackend
 

@@ -18,7 +18,7 @@ transaction rules.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from . import registry
+from .bulk import Call
 from .conf import JobsOptions
 from .enqueue import DepthGauge, accept, accept_many, new_job
 from .exceptions import (
@@ -41,7 +42,7 @@ from .exceptions import (
 )
 from .models import Job
 from .payload import check_arguments
-from .results import JobResult, build
+from .results import JobResult, build, result_fields
 from .retry import Backoff, RetryPolicy
 from .tasks import JobTask
 
@@ -98,9 +99,11 @@ class JobsBackend(BaseTaskBackend):
         return build(task, stored, [])
 
     def enqueue_many(
-        self, task: Task[Any, Any], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+        self,
+        task: Task[Any, Any],
+        calls_given: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
     ) -> list[JobResult]:
-        """Enqueue many calls of one task: every call validated, then one INSERT per 1,000.
+        """Enqueue many calls of one task: every call validated, then one COPY.
 
         Same transaction rules as ``enqueue``: all the jobs exist iff the
         caller's transaction commits, and workers are woken once, after it.
@@ -112,24 +115,48 @@ class JobsBackend(BaseTaskBackend):
                 f"{task.module_path}: enqueue_many does not take an idempotency key; "
                 "enqueue those jobs one by one."
             )
-        template = self._job_template(task)
-        jobs = []
-        for index, (args, kwargs) in enumerate(calls):
-            try:
-                jobs.append(self._new_job(template, args, kwargs))
-            except EnqueueError as exc:
-                raise type(exc)(f"call {index}: {exc}") from None
+        given = list(calls_given)
+        if not given:
+            return []
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
-        if limit is not None and jobs:
-            self.depth.check_room(self.db, task.queue_name, limit, len(jobs))
-        results = [build(task, job, []) for job in jobs]
+        if limit is not None:
+            self.depth.check_room(self.db, task.queue_name, limit, len(given))
+        template = self._job_template(task)
+        prototype = new_job(args=[], kwargs={}, **template)
+        shared = result_fields(build(task, prototype, []))
+        results: list[JobResult] = []
+
+        def validated() -> Iterator[Call]:
+            """Each call checked, its result recorded, as accept_many drains it."""
+            for index, (args, kwargs) in enumerate(given):
+                try:
+                    call = self._call(args, kwargs)
+                except EnqueueError as exc:
+                    raise type(exc)(f"call {index}: {exc}") from None
+                results.append(
+                    JobResult(
+                        **shared,
+                        id=call.id,
+                        args=call.args,
+                        kwargs=call.kwargs,
+                        enqueued_at=call.at,
+                        run_after=template["run_after"] or call.at,
+                    )
+                )
+                yield call
 
         def announce() -> None:
             if task_enqueued.has_listeners(type(self)):
                 for result in results:
                     task_enqueued.send(type(self), task_result=result)
 
-        accept_many(self.db, jobs, announce)
+        accept_many(
+            self.db,
+            prototype,
+            validated(),
+            run_after_given=template["run_after"] is not None,
+            announce=announce,
+        )
         return results
 
     def _check_task(self, task: Task[Any, Any]) -> None:
@@ -167,6 +194,13 @@ class JobsBackend(BaseTaskBackend):
         kwargs = dict(kwargs)
         check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
         return new_job(args=args, kwargs=kwargs, **template)
+
+    def _call(self, args: Any, kwargs: Any) -> Call:
+        """One validated call of an enqueue_many batch."""
+        args = list(args)
+        kwargs = dict(kwargs)
+        args_json, kwargs_json = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
+        return Call(str(uuid.uuid4()), args, kwargs, args_json, kwargs_json, timezone.now())
 
     def _announce(self, task: Task[Any, Any], job: Job) -> None:
         task_enqueued.send(type(self), task_result=build(task, job, []))

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from functools import cache, partial
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import JSONField
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
+from .bulk import Call, copy_jobs
 from .exceptions import QueueFullError
 from .models import Job
 from .states import JobState
@@ -158,50 +157,62 @@ def accept(db: str, job: Job, announce: Callable[[Job], None]) -> Job:
     return job
 
 
-def accept_many(db: str, jobs: list[Job], announce: Callable[[], None]) -> None:
-    """Write ``jobs`` in bulk as part of the caller's transaction (see ``accept``).
+def accept_many(
+    db: str,
+    prototype: Job,
+    calls: Iterator[Call],
+    *,
+    run_after_given: bool,
+    announce: Callable[[], None],
+) -> None:
+    """Write a job per call in bulk, as part of the caller's transaction (see ``accept``).
 
-    ``announce`` runs once after the commit (it sends every job's signal).
+    ``calls`` validates each call as it is drained and raises at a bad one.
+    On PostgreSQL, in the jobs database, the rows stream into COPY while the
+    calls are still being validated, so the server inserts while Python
+    works; a bad call aborts the COPY and its savepoint rolls back every row
+    before it, leaving the caller's transaction as it was. Otherwise every
+    call is validated before anything is written. ``prototype`` carries the
+    columns every job shares (see ``bulk.copy_jobs``); ``announce`` runs once
+    after the commit (it sends every job's signal).
     """
-    if not jobs:
+    elsewhere = open_transactions_elsewhere(db)
+    if connections[db].vendor == "postgresql" and not elsewhere:
+        with transaction.atomic(using=db):
+            copy_jobs(db, prototype, calls, run_after_given=run_after_given)
+            _announce_many(db, prototype.queue, announce)
         return
+    validated = list(calls)
 
     def insert() -> None:
         if connections[db].vendor == "postgresql":
-            _copy_jobs(db, jobs)
+            copy_jobs(db, prototype, iter(validated), run_after_given=run_after_given)
         else:
+            jobs = [_job_of(prototype, call, run_after_given) for call in validated]
             Job.objects.using(db).bulk_create(jobs, batch_size=1000)
-        for queue in {job.queue for job in jobs}:
-            wake_on_commit(db, queue)
-        transaction.on_commit(announce, using=db, robust=True)
+        _announce_many(db, prototype.queue, announce)
 
-    _after_commits(open_transactions_elsewhere(db), insert)
+    _after_commits(elsewhere, insert)
 
 
-def _copy_jobs(db: str, jobs: list[Job]) -> None:
-    """Insert with COPY: several times faster than a multi-row INSERT for big batches.
+def _announce_many(db: str, queue: str, announce: Callable[[], None]) -> None:
+    wake_on_commit(db, queue)
+    transaction.on_commit(announce, using=db, robust=True)
 
-    The values are the model's attributes as they are (new_job built them):
-    psycopg adapts UUIDs, datetimes and strings itself, and JSON columns are
-    wrapped in Jsonb (None stays SQL NULL, as the ORM writes it). It runs on
-    the connection's transaction like any query.
-    """
-    fields = Job._meta.concrete_fields
-    json_columns = {f.attname for f in fields if isinstance(f, JSONField)}
-    columns = ", ".join(connections[db].ops.quote_name(str(f.column)) for f in fields)
-    with connections[db].cursor() as wrapper:
-        cursor = wrapper.cursor  # psycopg's own cursor, for COPY
-        with cursor.copy(f"COPY {Job._meta.db_table} ({columns}) FROM STDIN") as copy:
-            for job in jobs:
-                values = job.__dict__
-                copy.write_row(
-                    [
-                        Jsonb(values[f.attname])
-                        if f.attname in json_columns and values[f.attname] is not None
-                        else values[f.attname]
-                        for f in fields
-                    ]
-                )
+
+def _job_of(prototype: Job, call: Call, run_after_given: bool) -> Job:
+    values = {
+        **{name: getattr(prototype, name) for name, _ in _columns()},
+        "id": call.id,
+        "args": call.args,
+        "kwargs": call.kwargs,
+        "enqueued_at": call.at,
+        "updated_at": call.at,
+    }
+    if not run_after_given:
+        values["run_after"] = call.at
+    positional: Callable[..., Job] = Job  # see new_job
+    return positional(*values.values())
 
 
 def _after_commits(aliases: list[str], action: Callable[[], None]) -> None:

@@ -52,23 +52,24 @@ def check_round_trip(value: Any, path: str, error: type[Exception] = ArgumentsNo
     )
 
 
-def check_arguments(args: Sequence[Any], kwargs: dict[str, Any], max_bytes: int) -> int:
-    """Validate enqueue arguments; return the payload size in bytes."""
+def check_arguments(args: Sequence[Any], kwargs: dict[str, Any], max_bytes: int) -> tuple[str, str]:
+    """Validate enqueue arguments; return them as JSON text, which enqueue_many's COPY sends."""
     for index, arg in enumerate(args):
         check_round_trip(arg, f"args[{index}]")
     for name, arg in kwargs.items():
         check_round_trip(arg, f"kwargs[{name!r}]")
-    size = len(encode([*args]).encode()) + len(encode(kwargs).encode())
+    args_json, kwargs_json = encode([*args]), encode(kwargs)
+    size = len(args_json) + len(kwargs_json)  # ASCII (escaped) JSON: characters are bytes
     if size > max_bytes:
         raise PayloadTooLargeError(
             f"The arguments take {size} bytes as JSON, over MAX_PAYLOAD_BYTES ({max_bytes}); "
             "store large data elsewhere and pass its key."
         )
-    return size
+    return args_json, kwargs_json
 
 
-def encode(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+# One encoder: json.dumps with options builds a new JSONEncoder on every call.
+encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def check_result(value: Any, max_bytes: int) -> None:

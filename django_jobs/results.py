@@ -8,7 +8,7 @@ started); ``state`` and ``attempt_log`` tell the rest — ``lost`` attempts,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -150,3 +150,19 @@ def build(task: Task[Any, Any], job: Job, attempts: list[Attempt]) -> JobResult:
     if job.state == JobState.SUCCEEDED:
         object.__setattr__(result, "_return_value", job.result)
     return result
+
+
+_PER_CALL = frozenset({"id", "args", "kwargs", "enqueued_at", "run_after"})
+
+
+def result_fields(result: JobResult) -> dict[str, Any]:
+    """``result``'s constructor arguments but those that differ between the jobs of a batch.
+
+    enqueue_many builds one result per job from these: a keyword call is less
+    than half the cost of ``build`` or ``dataclasses.replace``.
+    """
+    return {
+        f.name: getattr(result, f.name)
+        for f in fields(JobResult)
+        if f.init and f.name not in _PER_CALL
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import multiprocessing
 import uuid
@@ -303,6 +304,59 @@ def test_enqueue_many__writes_the_same_row_as_enqueue(pg: None) -> None:
 
 
 _PER_JOB = {"id", "enqueued_at", "updated_at"}
+
+
+def test_enqueue_many__writes_tabs_newlines_and_backslashes_as_given(pg: None) -> None:
+    awkward = "a\tb\nc\rd\\N e\\"
+    task = tasks.add.using(tenant=awkward, initiator="\\N", concurrency_key="k\\t\u00e9")
+    [result] = enqueue_many(task, [((awkward, ["\\", "\u2713"]), {"k\tey": {"x\\": "\n"}})])
+    job = Job.objects.get(id=result.id)
+    assert (job.tenant, job.initiator, job.concurrency_key) == (awkward, "\\N", "k\\t\u00e9")
+    assert (job.args, job.kwargs) == ([awkward, ["\\", "\u2713"]], {"k\tey": {"x\\": "\n"}})
+
+
+def test_enqueue_many__returns_what_get_result_reads_back(pg: None) -> None:
+    task = tasks.add.using(priority=3, tenant="acme")
+    results = enqueue_many(task, [((n,), {"b": n}) for n in range(3)])
+    stored = [task.get_backend().get_result(r.id) for r in results]
+    assert [_but_task(r) for r in results] == [_but_task(r) for r in stored]
+
+
+def _but_task(result: JobResult) -> dict[str, Any]:
+    """A result's fields; get_result gives the registered task, not the ``using`` copy."""
+    return {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name != "task"}
+
+
+def test_enqueue_many__a_bad_call_after_rows_were_sent_leaves_the_callers_transaction_usable(
+    pg: None,
+) -> None:
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((n, n), {}) for n in range(2500)]
+    calls[2400] = ((1, {2}), {})  # past two COPY writes of 1,000 lines
+    with transaction.atomic():
+        Order.objects.create(number="A-1")
+        with pytest.raises(ArgumentsNotJSONError, match=r"^call 2400: args\[1\] is a set"):
+            enqueue_many(tasks.add, calls)
+        Order.objects.create(number="A-2")
+    assert (Order.objects.count(), job_count()) == (2, 0)
+
+
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_enqueue_many__jobs_wait_for_the_commit_of_another_database() -> None:
+    with transaction.atomic(using="sqlite"):
+        results = enqueue_many(tasks.add, [((n, n), {}) for n in range(3)])
+        assert job_count() == 0
+    assert {str(i) for i in Job.objects.values_list("id", flat=True)} == {r.id for r in results}
+
+
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_enqueue_many__a_bad_call_raises_before_another_databases_commit() -> None:
+    bad = [((1, 2), {}), ((timezone.now(), 2), {})]
+    with (
+        transaction.atomic(using="sqlite"),
+        pytest.raises(ArgumentsNotJSONError, match=r"^call 1: args\[0\] is a datetime"),
+    ):
+        enqueue_many(tasks.add, bad)
+    assert job_count() == 0
 
 
 def test_enqueue_many__vanishes_with_a_rollback(pg: None) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
-from django_jobs import JobState
+from django_jobs import JobState, enqueue_many
 from django_jobs.models import Attempt, Job
 from tests.testapp import tasks
 
@@ -57,3 +59,19 @@ def test_sqlite__two_processes_share_the_work_without_duplicates(
     assert codes == [0, 0]
     assert states == {(JobState.SUCCEEDED, 1)}
     assert len(results) == Attempt.objects.using("sqlite").count()
+
+
+def test_sqlite__enqueue_many_writes_the_same_rows_as_enqueue() -> None:
+    later = timezone.now() + dt.timedelta(hours=1)
+    task = tasks.add.using(backend="sqlite", priority=7, tenant="acme", run_after=later)
+    one = task.enqueue(1, b=2)
+    [many] = enqueue_many(task, [((1,), {"b": 2})])
+    columns = [f.attname for f in Job._meta.concrete_fields if f.attname not in _PER_JOB]
+    rows = {
+        str(row["id"]): {k: row[k] for k in columns}
+        for row in Job.objects.using("sqlite").values("id", *columns)
+    }
+    assert rows[many.id] == rows[one.id]
+
+
+_PER_JOB = {"id", "enqueued_at", "updated_at"}
