@@ -31,7 +31,7 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from . import registry
-from .bulk import Call
+from .bulk import Call, new_ids
 from .conf import JobsOptions
 from .enqueue import DepthGauge, accept, accept_many, new_job
 from .exceptions import (
@@ -125,12 +125,13 @@ class JobsBackend(BaseTaskBackend):
         prototype = new_job(args=[], kwargs={}, **template)
         shared = result_fields(build(task, prototype, []))
         results: list[JobResult] = []
+        ids = new_ids(len(given))
 
         def validated() -> Iterator[Call]:
             """Each call checked, its result recorded, as accept_many drains it."""
             for index, (args, kwargs) in enumerate(given):
                 try:
-                    call = self._call(args, kwargs)
+                    call = self._call(ids[index], args, kwargs)
                 except EnqueueError as exc:
                     raise type(exc)(f"call {index}: {exc}") from None
                 results.append(
@@ -195,12 +196,12 @@ class JobsBackend(BaseTaskBackend):
         check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
         return new_job(args=args, kwargs=kwargs, **template)
 
-    def _call(self, args: Any, kwargs: Any) -> Call:
+    def _call(self, job_id: str, args: Any, kwargs: Any) -> Call:
         """One validated call of an enqueue_many batch."""
         args = list(args)
         kwargs = dict(kwargs)
         args_json, kwargs_json = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
-        return Call(str(uuid.uuid4()), args, kwargs, args_json, kwargs_json, timezone.now())
+        return Call(job_id, args, kwargs, args_json, kwargs_json, timezone.now())
 
     def _announce(self, task: Task[Any, Any], job: Job) -> None:
         task_enqueued.send(type(self), task_result=build(task, job, []))

@@ -58,7 +58,9 @@ def check_arguments(args: Sequence[Any], kwargs: dict[str, Any], max_bytes: int)
         check_round_trip(arg, f"args[{index}]")
     for name, arg in kwargs.items():
         check_round_trip(arg, f"kwargs[{name!r}]")
-    args_json, kwargs_json = encode([*args]), encode(kwargs)
+    # A task without arguments is common enough to skip the encoder for.
+    args_json = encode([*args]) if args else "[]"
+    kwargs_json = encode(kwargs) if kwargs else "{}"
     size = len(args_json) + len(kwargs_json)  # ASCII (escaped) JSON: characters are bytes
     if size > max_bytes:
         raise PayloadTooLargeError(
