@@ -131,7 +131,7 @@ class JobsBackend(BaseTaskBackend):
             """Each call checked, its result recorded, as accept_many drains it."""
             for index, (args, kwargs) in enumerate(given):
                 try:
-                    call = self._call(ids[index], args, kwargs)
+                    call = self._call(ids[index], args, kwargs, template["run_after"])
                 except EnqueueError as exc:
                     raise type(exc)(f"call {index}: {exc}") from None
                 results.append(
@@ -141,7 +141,7 @@ class JobsBackend(BaseTaskBackend):
                         args=call.args,
                         kwargs=call.kwargs,
                         enqueued_at=call.at,
-                        run_after=template["run_after"] or call.at,
+                        run_after=call.run_after,
                     )
                 )
                 yield call
@@ -151,13 +151,7 @@ class JobsBackend(BaseTaskBackend):
                 for result in results:
                     task_enqueued.send(type(self), task_result=result)
 
-        accept_many(
-            self.db,
-            prototype,
-            validated(),
-            run_after_given=template["run_after"] is not None,
-            announce=announce,
-        )
+        accept_many(self.db, prototype, validated(), announce)
         return results
 
     def _check_task(self, task: Task[Any, Any]) -> None:
@@ -196,12 +190,13 @@ class JobsBackend(BaseTaskBackend):
         check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
         return new_job(args=args, kwargs=kwargs, **template)
 
-    def _call(self, job_id: str, args: Any, kwargs: Any) -> Call:
-        """One validated call of an enqueue_many batch."""
+    def _call(self, job_id: str, args: Any, kwargs: Any, run_after: datetime | None) -> Call:
+        """One validated call of an enqueue_many batch (``run_after``: the options', if any)."""
         args = list(args)
         kwargs = dict(kwargs)
         args_json, kwargs_json = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
-        return Call(job_id, args, kwargs, args_json, kwargs_json, timezone.now())
+        now = timezone.now()
+        return Call(job_id, args, kwargs, args_json, kwargs_json, now, run_after or now)
 
     def _announce(self, task: Task[Any, Any], job: Job) -> None:
         task_enqueued.send(type(self), task_result=build(task, job, []))

@@ -11,7 +11,6 @@ were most of the time of a 20,000-job batch; docs/benchmarks.md has the figures.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from enum import Enum
@@ -35,7 +34,8 @@ class Call(NamedTuple):
     kwargs: dict[str, Any]
     args_json: str
     kwargs_json: str
-    at: datetime
+    at: datetime  # enqueued_at and updated_at
+    run_after: datetime  # ``at`` itself unless the options gave a time
 
 
 def new_ids(count: int) -> list[str]:
@@ -56,27 +56,23 @@ def new_ids(count: int) -> list[str]:
     ]
 
 
-def copy_jobs(db: str, prototype: Job, calls: Iterator[Call], *, run_after_given: bool) -> None:
+def copy_jobs(db: str, prototype: Job, calls: Iterator[Call]) -> None:
     """Insert one row per call, the rest of each row copied from ``prototype``.
 
     ``prototype`` is a job of the batch's task and options (``new_job`` built
-    it, so it holds every default); ``run_after`` is the call's time unless
-    the options gave one.
+    it, so it holds every default).
     """
-    per_call = ["id", "args", "kwargs", "enqueued_at", "updated_at"]
-    if not run_after_given:
-        per_call.append("run_after")
+    per_call = ["id", "args", "kwargs", "enqueued_at", "updated_at", "run_after"]
     fields = {f.attname: f for f in Job._meta.concrete_fields}
     shared = [name for name in fields if name not in per_call]
     tail = "".join(f"\t{_text(fields[name], getattr(prototype, name))}" for name in shared)
     quote = connections[db].ops.quote_name
     columns = ", ".join(quote(str(fields[name].column)) for name in [*per_call, *shared])
-    lines = _lines(calls, tail + "\n", stamps=len(per_call) - 3)
     with connections[db].cursor() as wrapper:
         cursor = wrapper.cursor  # psycopg's own cursor, for COPY
         with cursor.copy(f"COPY {Job._meta.db_table} ({columns}) FROM STDIN") as copy:
             chunk: list[str] = []
-            for line in lines:
+            for line in _lines(calls, tail + "\n"):
                 chunk.append(line)
                 if len(chunk) == _LINES_PER_WRITE:
                     copy.write("".join(chunk))
@@ -85,11 +81,13 @@ def copy_jobs(db: str, prototype: Job, calls: Iterator[Call], *, run_after_given
                 copy.write("".join(chunk))
 
 
-def _lines(calls: Iterator[Call], tail: str, stamps: int) -> Iterator[str]:
-    """COPY text lines: id, args, kwargs, then the call's time ``stamps`` times."""
+def _lines(calls: Iterator[Call], tail: str) -> Iterator[str]:
+    """COPY text lines: id, args, kwargs, enqueued_at, updated_at, run_after, then ``tail``."""
     for call in calls:
         args, kwargs = _escape(call.args_json), _escape(call.kwargs_json)
-        yield f"{call.id}\t{args}\t{kwargs}{('\t' + call.at.isoformat()) * stamps}{tail}"
+        at = call.at.isoformat()
+        after = at if call.run_after is call.at else call.run_after.isoformat()
+        yield f"{call.id}\t{args}\t{kwargs}\t{at}\t{at}\t{after}{tail}"
 
 
 def _text(field: Field[Any, Any], value: Any) -> str:
@@ -100,8 +98,6 @@ def _text(field: Field[Any, Any], value: Any) -> str:
         return _escape(encode(value))
     if isinstance(value, Enum):  # JobState and other choices store their value
         value = value.value
-    if isinstance(value, bool):
-        return "t" if value else "f"
     if isinstance(value, str):
         return _escape(value)
     if isinstance(value, int):
@@ -110,8 +106,6 @@ def _text(field: Field[Any, Any], value: Any) -> str:
         return repr(value)
     if isinstance(value, datetime):
         return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
     raise TypeError(f"enqueue_many cannot write {type(value).__name__} to Job.{field.name}.")
 
 

@@ -161,8 +161,6 @@ def accept_many(
     db: str,
     prototype: Job,
     calls: Iterator[Call],
-    *,
-    run_after_given: bool,
     announce: Callable[[], None],
 ) -> None:
     """Write a job per call in bulk, as part of the caller's transaction (see ``accept``).
@@ -179,16 +177,16 @@ def accept_many(
     elsewhere = open_transactions_elsewhere(db)
     if connections[db].vendor == "postgresql" and not elsewhere:
         with transaction.atomic(using=db):
-            copy_jobs(db, prototype, calls, run_after_given=run_after_given)
+            copy_jobs(db, prototype, calls)
             _announce_many(db, prototype.queue, announce)
         return
     validated = list(calls)
 
     def insert() -> None:
         if connections[db].vendor == "postgresql":
-            copy_jobs(db, prototype, iter(validated), run_after_given=run_after_given)
+            copy_jobs(db, prototype, iter(validated))
         else:
-            jobs = [_job_of(prototype, call, run_after_given) for call in validated]
+            jobs = [_job_of(prototype, call) for call in validated]
             Job.objects.using(db).bulk_create(jobs, batch_size=1000)
         _announce_many(db, prototype.queue, announce)
 
@@ -200,17 +198,16 @@ def _announce_many(db: str, queue: str, announce: Callable[[], None]) -> None:
     transaction.on_commit(announce, using=db, robust=True)
 
 
-def _job_of(prototype: Job, call: Call, run_after_given: bool) -> Job:
+def _job_of(prototype: Job, call: Call) -> Job:
     values = {
         **{name: getattr(prototype, name) for name, _ in _columns()},
         "id": call.id,
         "args": call.args,
         "kwargs": call.kwargs,
+        "run_after": call.run_after,
         "enqueued_at": call.at,
         "updated_at": call.at,
     }
-    if not run_after_given:
-        values["run_after"] = call.at
     positional: Callable[..., Job] = Job  # see new_job
     return positional(*values.values())
 
