@@ -28,6 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 LOGS = ROOT / "benchmarks" / "results" / "raw" / "logs"
 
 
+# For the Django-integrated peers' best settings: keep database connections
+# (Django's CONN_MAX_AGE) instead of reconnecting on every worker loop.
+PERSISTENT = {"BENCH_CONN_MAX_AGE": "600"}
+
+
 @dataclass(frozen=True)
 class WorkerSetting:
     """How a peer's workers are started: ``processes`` copies of ``argv``."""

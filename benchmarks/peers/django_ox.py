@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from benchmarks.peers.base import WorkerSetting
+from benchmarks.peers.base import PERSISTENT, WorkerSetting
 from benchmarks.peers.django_tasks_common import MANAGE, DjangoTasksPeer
 
 OX_WORKER = [*MANAGE, "ox_worker"]
@@ -27,9 +27,10 @@ class DjangoOx(DjangoTasksPeer):
             ),
             "best": WorkerSetting(
                 "best",
-                "2 x ox_worker --concurrency 4",
+                "2 x ox_worker --concurrency 4, CONN_MAX_AGE=600",
                 [*OX_WORKER, "--concurrency", "4"],
                 processes=2,  # its own --processes cannot be combined with --batch
+                env=PERSISTENT,
             ),
         }
 

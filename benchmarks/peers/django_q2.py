@@ -2,8 +2,9 @@
 
 A cluster is always several processes (sentinel, pusher, monitor, workers);
 "one process" is ``workers=1``. No bulk path, no burst mode: the harness polls
-the broker table. Its default ``save_limit`` (250) keeps only the latest
-successful results, which the W4 backlog runs into.
+the broker table. Its default ``save_limit`` (250) locks every kept result on
+each save and prunes the oldest, so the best setting (and W4, which runs it)
+keeps all results (``save_limit=0``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from typing import ClassVar
 
 from benchmarks import pg
-from benchmarks.peers.base import Peer, WorkerSetting
+from benchmarks.peers.base import PERSISTENT, Peer, WorkerSetting
 
 QCLUSTER = [sys.executable, "-m", "django", "qcluster"]
 
@@ -34,7 +35,10 @@ class DjangoQ2(Peer):
                 "defaults", "qcluster, workers=1", QCLUSTER, env={"BENCH_Q2_WORKERS": "1"}
             ),
             "best": WorkerSetting(
-                "best", "qcluster, workers=4", QCLUSTER, env={"BENCH_Q2_WORKERS": "4"}
+                "best",
+                "qcluster, workers=4, save_limit=0, CONN_MAX_AGE=600",
+                QCLUSTER,
+                env={"BENCH_Q2_WORKERS": "4", "BENCH_Q2_SAVE_LIMIT": "0", **PERSISTENT},
             ),
         }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from benchmarks.peers.base import WorkerSetting
+from benchmarks.peers.base import PERSISTENT, WorkerSetting
 from benchmarks.peers.django_tasks_common import MANAGE, DjangoTasksPeer
 
 DB_WORKER = [*MANAGE, "db_worker", "--no-reload"]
@@ -26,8 +26,9 @@ class DjangoTasksDb(DjangoTasksPeer):
             "defaults": WorkerSetting("defaults", "db_worker (interval 1 s)", DB_WORKER),
             "best": WorkerSetting(
                 "best",
-                "2 x db_worker --interval 0.1 --no-startup-delay",
+                "2 x db_worker --interval 0.1 --no-startup-delay, CONN_MAX_AGE=600",
                 [*DB_WORKER, "--interval", "0.1", "--no-startup-delay"],
                 processes=2,
+                env=PERSISTENT,
             ),
         }

@@ -15,6 +15,9 @@ import environ
 PEER = os.environ.get("BENCH_PEER", "django-tasks-db")
 
 DATABASES = {"default": environ.Env.db_url_config(os.environ["BENCH_DATABASE_URL"])}
+# Django's default CONN_MAX_AGE (0) makes every close_old_connections() call in
+# a worker loop open a new PostgreSQL connection; a best setting may keep them.
+DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("BENCH_CONN_MAX_AGE", "0"))
 SECRET_KEY = "benchmarks-only"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -31,11 +34,17 @@ elif PEER == "django-ox":
     TASKS = {"default": {"BACKEND": "django_ox.backend.OxBackend"}}
 elif PEER == "django-q2":
     INSTALLED_APPS.append("django_q")
-    # The ORM broker; workers from BENCH_Q2_WORKERS (one process, or the best setting).
+    # The ORM broker; workers from BENCH_Q2_WORKERS (one process, or the best
+    # setting). BENCH_Q2_SAVE_LIMIT unset keeps q2's default save_limit (250).
     Q_CLUSTER = {
         "name": "bench",
         "orm": "default",
         "workers": int(os.environ.get("BENCH_Q2_WORKERS", "1")),
+        **(
+            {"save_limit": int(os.environ["BENCH_Q2_SAVE_LIMIT"])}
+            if "BENCH_Q2_SAVE_LIMIT" in os.environ
+            else {}
+        ),
         "timeout": 60,
         "retry": 120,
         "log_level": "WARNING",
