@@ -91,11 +91,13 @@ class JobsBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> JobResult:
         self._check_task(task)
-        job = self._new_job(self._job_template(task), args, kwargs)
+        args, kwargs = list(args), dict(kwargs)
+        encoded = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
+        job = new_job(args=args, kwargs=kwargs, **self._job_template(task))
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None:
             self.depth.check(self.db, task.queue_name, limit)
-        stored = accept(self.db, job, lambda j: self._announce(task, j))
+        stored = accept(self.db, job, encoded, lambda j: self._announce(task, j))
         return build(task, stored, [])
 
     def enqueue_many(
@@ -182,13 +184,6 @@ class JobsBackend(BaseTaskBackend):
             or self.settings.MAX_ATTEMPTS,
             "timeout": options.timeout if options else None,
         }
-
-    def _new_job(self, template: dict[str, Any], args: Any, kwargs: Any) -> Job:
-        """An unsaved, validated job for one call (``template``: see _job_template)."""
-        args = list(args)
-        kwargs = dict(kwargs)
-        check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
-        return new_job(args=args, kwargs=kwargs, **template)
 
     def _call(self, job_id: str, args: Any, kwargs: Any, run_after: datetime | None) -> Call:
         """One validated call of an enqueue_many batch (``run_after``: the options', if any)."""

@@ -27,11 +27,12 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from . import pgsql
 from .bulk import Call, copy_jobs
 from .exceptions import QueueFullError
 from .models import Job
 from .states import JobState
-from .wakeup import wake_on_commit
+from .wakeup import owes_notify, wake_on_commit
 
 
 def dedup_scope(task_name: str, tenant: str) -> str:
@@ -128,13 +129,19 @@ def _columns() -> list[tuple[str, Callable[[], Any]]]:
     return [(f.attname, f.get_default) for f in Job._meta.concrete_fields]
 
 
-def accept(db: str, job: Job, announce: Callable[[Job], None]) -> Job:
+def accept(db: str, job: Job, encoded: tuple[str, str], announce: Callable[[Job], None]) -> Job:
     """Write ``job`` as part of the caller's transaction; announce it after commit.
 
+    ``encoded`` is the JSON text of its args and kwargs, from their validation.
     Returns the job that holds the work: ``job`` itself, or the existing job
     with the same idempotency key.
     """
     elsewhere = open_transactions_elsewhere(db)
+    if not elsewhere and _one_statement(db, job):
+        pgsql.insert_job(db, job, *encoded, notify=owes_notify(db, job.queue))
+        job._state.adding, job._state.db = False, db  # as save() leaves it
+        transaction.on_commit(lambda: announce(job), using=db, robust=True)
+        return job
     if not elsewhere:
         # Outside a transaction, one of our own: the row and its NOTIFY share one commit.
         with transaction.atomic(using=db, savepoint=False):
@@ -155,6 +162,21 @@ def accept(db: str, job: Job, announce: Callable[[Job], None]) -> Job:
 
     _after_commits(elsewhere, insert_later)
     return job
+
+
+def _one_statement(db: str, job: Job) -> bool:
+    """Whether ``job`` can be written by one INSERT (``pgsql.insert_job``) where it stands.
+
+    On PostgreSQL, for a job without an idempotency key (that one needs its
+    lookup and a savepoint), in the caller's transaction or in autocommit,
+    where the statement commits by itself with its NOTIFY.
+    """
+    connection = connections[db]
+    return (
+        connection.vendor == "postgresql"
+        and job.idempotency_key is None
+        and (connection.in_atomic_block or connection.get_autocommit())
+    )
 
 
 def accept_many(

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 import psycopg
 from django.db import connections
 
+from .models import Job
 from .states import TRANSITIONS, JobState, Transition
+from .wakeup import CHANNEL
 
 
 def fetch(db: str, sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tuple[Any, ...]]:
@@ -259,3 +262,40 @@ CROSS JOIN LATERAL (
 ) AS head
 WHERE tenants.tenant IS NOT NULL
 """
+
+
+def insert_job(db: str, job: Job, args_json: str, kwargs_json: str, *, notify: bool) -> None:
+    """Insert ``job`` in one statement and, if ``notify``, send its queue's NOTIFY in it too.
+
+    A single enqueue outside a transaction was four round trips (BEGIN, the
+    INSERT, ``pg_notify``, COMMIT) and the ORM compiled the INSERT anew each
+    time (a fifth of the enqueue's Python time); in autocommit this is one.
+    The arguments go as the JSON text their validation produced.
+    """
+    connection = connections[db]
+    params: list[Any] = []
+    for field in Job._meta.concrete_fields:
+        if field.attname == "args":
+            params.append(args_json)
+        elif field.attname == "kwargs":
+            params.append(kwargs_json)
+        else:
+            params.append(field.get_db_prep_save(getattr(job, field.attname), connection))
+    if notify:
+        params += [CHANNEL, job.queue]
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(notify), params)
+
+
+@cache
+def _insert_sql(notify: bool) -> str:
+    fields = Job._meta.concrete_fields
+    columns = ", ".join(f'"{field.column}"' for field in fields)
+    values = ", ".join(
+        "%s::jsonb" if field.attname in ("args", "kwargs") else "%s" for field in fields
+    )
+    insert = f"INSERT INTO {Job._meta.db_table} ({columns}) VALUES ({values})"
+    if not notify:
+        return insert
+    # A data-modifying CTE runs to completion whether or not it is read.
+    return f"WITH job AS ({insert}) SELECT pg_notify(%s, %s)"

@@ -36,12 +36,21 @@ class _Notified:
 
 def wake_on_commit(db: str, queue: str) -> None:
     """Have ``queue``'s workers woken when the current transaction commits (now if none)."""
+    if owes_notify(db, queue):
+        notify(connections[db], {queue})
+
+
+def owes_notify(db: str, queue: str) -> bool:
+    """Whether ``queue``'s NOTIFY is still to be sent in the current transaction.
+
+    A True answer counts it as sent, so the caller must send it: with
+    ``notify`` or inside its own statement (the single enqueue's insert).
+    """
     connection = connections[db]
     if connection.vendor != "postgresql":
-        return
+        return False
     if not connection.in_atomic_block:
-        notify(connection, {queue})
-        return
+        return True
     # Django replaces ``run_on_commit`` with a new list when a transaction
     # ends or a savepoint rolls back (which also discards a NOTIFY sent inside
     # it), and appends to it in place otherwise: the list's identity tells
@@ -50,9 +59,10 @@ def wake_on_commit(db: str, queue: str) -> None:
     if notified is None or notified.hooks is not connection.run_on_commit:
         notified = _Notified(connection.run_on_commit)
         connection._django_jobs_notified = notified  # type: ignore[attr-defined]
-    if queue not in notified.queues:
-        notify(connection, {queue})
-        notified.queues.add(queue)
+    if queue in notified.queues:
+        return False
+    notified.queues.add(queue)
+    return True
 
 
 def notify(connection: BaseDatabaseWrapper, queues: Iterable[str]) -> None:

@@ -268,6 +268,40 @@ def test_enqueue__outside_a_transaction_still_wakes_workers(pg: None) -> None:
     assert (notes, job_count()) == (["default"], 1)
 
 
+def test_enqueue__outside_a_transaction_is_one_statement_that_commits(pg: None) -> None:
+    with _listen() as listener, CaptureQueriesContext(connections["default"]) as queries:
+        result = tasks.add.enqueue(1, 2)
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    with psycopg.connect(**connections["default"].get_connection_params()) as other:
+        seen = other.execute("SELECT args::text FROM django_jobs_job WHERE id = %s", [result.id])
+        stored = seen.fetchall()
+    assert (len(queries.captured_queries), notes, stored) == (1, ["default"], [("[1, 2]",)])
+
+
+def test_enqueue__stores_the_row_the_orm_path_stores(pg: None) -> None:
+    later = timezone.now() + dt.timedelta(hours=1)
+    options = {
+        "priority": 7,
+        "tenant": "acme",
+        "queue_name": "other",
+        "run_after": later,
+        "concurrency_key": "account-9",
+        "expires_at": later + dt.timedelta(hours=1),
+    }
+    one_statement = tasks.add.using(**options).enqueue(1, b={"c": [1.5, None]})
+    # An idempotency key takes the ORM's save(); its column aside, rows must match.
+    orm = tasks.add.using(**options, idempotency_key="k").enqueue(1, b={"c": [1.5, None]})
+    columns = [
+        f.attname
+        for f in Job._meta.concrete_fields
+        if f.attname not in {*_PER_JOB, "run_after", "idempotency_key"}
+    ]
+    rows = {
+        str(row["id"]): {k: row[k] for k in columns} for row in Job.objects.values("id", *columns)
+    }
+    assert rows[one_statement.id] == rows[orm.id]
+
+
 def test_get_result__unknown_and_malformed_ids_do_not_exist(pg: None) -> None:
     backend = tasks.add.get_backend()
     with pytest.raises(TaskResultDoesNotExist, match="No job with id"):
