@@ -569,7 +569,7 @@ def test_dashboard__shows_depth_by_state_oldest_due_job_throughput_and_failures(
     admin_client: Client,
 ) -> None:
     now = timezone.now()
-    make_job(enqueued_at=now - timedelta(minutes=10))
+    make_job(enqueued_at=now - timedelta(minutes=10), run_after=now - timedelta(minutes=10))
     make_job(run_after=now + timedelta(hours=1))
     make_job(JobState.RUNNING)
     make_job(JobState.QUARANTINED)
@@ -592,6 +592,18 @@ def test_dashboard__shows_depth_by_state_oldest_due_job_throughput_and_failures(
         "failures": [1, 1],
     }
     assert timedelta(minutes=9) < now - default["oldest_due"] < timedelta(minutes=11)
+
+
+def test_dashboard__a_retry_due_now_has_waited_since_its_run_after_not_its_enqueue(
+    admin_client: Client,
+) -> None:
+    now = timezone.now()
+    make_job(enqueued_at=now - timedelta(hours=2), run_after=now - timedelta(minutes=1))
+
+    response = admin_client.get(DASHBOARD_URL)
+
+    default = next(q for q in response.context["queues"] if q["name"] == "default")
+    assert timedelta(seconds=50) < now - default["oldest_due"] < timedelta(seconds=70)
 
 
 def test_dashboard__lists_live_workers_with_running_jobs_and_marks_stale_ones(

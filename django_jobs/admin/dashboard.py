@@ -60,6 +60,8 @@ class QueueStats:
     name: str
     depth: dict[str, int] = field(default_factory=dict)
     scheduled: int = 0
+    # The earliest run_after among due jobs: a job waits from when it became
+    # due (a retry, from the end of its backoff), as the CLI and the API count.
     oldest_due: datetime | None = None
     finished: dict[str, int] = field(default_factory=dict)
     succeeded: dict[str, int] = field(default_factory=dict)
@@ -98,7 +100,7 @@ def queue_stats(db: str, queues: set[str], now: datetime) -> list[QueueStats]:
         .annotate(
             n=Count("pk"),
             scheduled=Count("pk", filter=Q(state=JobState.QUEUED, run_after__gt=now)),
-            oldest_due=Min("enqueued_at", filter=Q(state=JobState.QUEUED, run_after__lte=now)),
+            oldest_due=Min("run_after", filter=Q(state=JobState.QUEUED, run_after__lte=now)),
         )
         .order_by()
     )
