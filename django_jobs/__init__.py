@@ -2,7 +2,8 @@
 
 Public API: the backend (``django_jobs.backend.JobsBackend``, named in
 settings), the retry policy pieces a task declares, the exceptions enqueue
-raises, and the context a ``takes_context=True`` task receives.
+raises (and ``NotAJobsBackendError``, for an alias that names no django-jobs
+backend), and the context a ``takes_context=True`` task receives.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .exceptions import (
     EnqueueError,
     InvalidJobOptionError,
     LeaseLostError,
+    NotAJobsBackendError,
     PayloadTooLargeError,
     ResultNotJSONError,
     ResultTooLargeError,
@@ -56,6 +58,7 @@ __all__ = [
     "InvalidJobOptionError",
     "JobState",
     "LeaseLostError",
+    "NotAJobsBackendError",
     "PayloadTooLargeError",
     "ResultNotJSONError",
     "ResultTooLargeError",

@@ -24,9 +24,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.tasks import Task
+from django.tasks import Task, task_backends
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
@@ -37,6 +37,7 @@ from .enqueue import DepthGauge, accept, accept_many, new_job
 from .exceptions import (
     EnqueueError,
     InvalidJobOptionError,
+    NotAJobsBackendError,
     UnknownQueueError,
     UnknownTaskError,
 )
@@ -221,6 +222,31 @@ class JobsBackend(BaseTaskBackend):
         from .checks import check_backend
 
         return check_backend(self)
+
+
+def jobs_backend(alias: str) -> JobsBackend:
+    """The backend of ``TASKS[alias]``, which must be a ``JobsBackend``.
+
+    Everything that is given an alias (a setting, a ``--backend``, a
+    ``backend=`` argument) looks it up here, so a wrong one fails the same way
+    everywhere: ``NotAJobsBackendError`` naming the alias and what is wrong.
+    """
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend as exc:
+        if alias in settings.TASKS:  # its BACKEND does not import
+            raise NotAJobsBackendError(f"TASKS[{alias!r}]: {exc}") from exc
+        configured = ", ".join(sorted(settings.TASKS)) or "none"
+        raise NotAJobsBackendError(
+            f"TASKS has no backend {alias!r}; the configured aliases are {configured}."
+        ) from exc
+    if not isinstance(backend, JobsBackend):
+        kind = type(backend)
+        raise NotAJobsBackendError(
+            f"TASKS[{alias!r}] uses {kind.__module__}.{kind.__qualname__}, "
+            "not django_jobs.backend.JobsBackend or a subclass of it."
+        )
+    return backend
 
 
 def _validate_job_options(task: JobTask) -> None:

@@ -30,10 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.tasks import task_backends
-
 from . import transitions
-from .backend import JobsBackend
+from .backend import jobs_backend
 from .exceptions import InvalidTransitionError, JobNotFoundError
 from .models import Job
 from .states import VERBS, Transition
@@ -60,13 +58,6 @@ def actor_name(actor: Any) -> str:
     if not name:
         raise ValueError("An operator action needs an actor: a user or a non-empty name.")
     return name
-
-
-def _database(backend: str) -> str:
-    instance = task_backends[backend]
-    if not isinstance(instance, JobsBackend):
-        raise TypeError(f"TASKS[{backend!r}] is not a django_jobs backend.")
-    return instance.db
 
 
 def _job_id(job: JobRef) -> uuid.UUID:
@@ -100,11 +91,13 @@ def apply(
 ) -> Transition:
     """Apply ``verb`` to one job; return the transition it took.
 
-    Raises ``InvalidTransitionError`` (wrong state), ``JobNotFoundError``, or
-    ``ValueError`` (unknown verb, missing actor, missing note).
+    Raises ``InvalidTransitionError`` (wrong state), ``JobNotFoundError``,
+    ``ValueError`` (unknown verb, missing actor, missing note), or
+    ``NotAJobsBackendError`` (``backend`` is not a django-jobs alias in ``TASKS``).
     """
     note = _checked_note(verb, note)
-    return transitions.operate(_database(backend), _job_id(job), verb, actor_name(actor), note)
+    db = jobs_backend(backend).db
+    return transitions.operate(db, _job_id(job), verb, actor_name(actor), note)
 
 
 def apply_many(
@@ -155,20 +148,18 @@ def pause_queue(queue: str, *, actor: Any, note: str = "", backend: str = "defau
 
     Returns False (and records nothing) if the queue was already paused.
     """
-    return transitions.set_queue_paused(
-        _database(backend), _known_queue(queue, backend), True, actor_name(actor), note.strip()
-    )
+    return _set_paused(queue, True, actor, note, backend)
 
 
 def resume_queue(queue: str, *, actor: Any, note: str = "", backend: str = "default") -> bool:
     """Let workers claim from ``queue`` again; False if it was not paused."""
-    return transitions.set_queue_paused(
-        _database(backend), _known_queue(queue, backend), False, actor_name(actor), note.strip()
-    )
+    return _set_paused(queue, False, actor, note, backend)
 
 
-def _known_queue(queue: str, backend: str) -> str:
-    queues = task_backends[backend].queues
-    if queues and queue not in queues:
-        raise ValueError(f"Unknown queue {queue!r}; the queues are {', '.join(sorted(queues))}.")
-    return queue
+def _set_paused(queue: str, paused: bool, actor: Any, note: str, alias: str) -> bool:
+    backend = jobs_backend(alias)
+    if backend.queues and queue not in backend.queues:
+        raise ValueError(
+            f"Unknown queue {queue!r}; the queues are {', '.join(sorted(backend.queues))}."
+        )
+    return transitions.set_queue_paused(backend.db, queue, paused, actor_name(actor), note.strip())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
 from django.tasks.exceptions import InvalidTask
 
 
@@ -27,6 +28,17 @@ class PayloadTooLargeError(EnqueueError):
 
 class InvalidJobOptionError(EnqueueError):
     """A per-job option (tenant, idempotency key, ...) has a value we cannot store."""
+
+
+class NotAJobsBackendError(ImproperlyConfigured):
+    """A setting or argument names a ``TASKS`` alias that is not a django-jobs backend.
+
+    The alias is not in ``TASKS``, its ``BACKEND`` does not import, or it is
+    another kind of backend (Django's ``ImmediateBackend``, say): whatever asked
+    for it (a worker, a command's ``--backend``, the API's ``BACKEND``, an
+    operator verb's ``backend=``) cannot work on jobs through it, so this is a
+    configuration mistake, raised before anything is read or written.
+    """
 
 
 class LeaseLostError(Exception):

@@ -25,10 +25,9 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from django.db import DatabaseError, connections
-from django.tasks import task_backends
 
 from . import transitions
-from .backend import JobsBackend
+from .backend import jobs_backend
 from .worker import RECYCLE_EXIT_CODE, WorkerConfig, run_worker
 
 logger = logging.getLogger("django_jobs.supervisor")
@@ -60,8 +59,7 @@ class Supervisor:
     def __init__(self, config: WorkerConfig, processes: int) -> None:
         if processes < 1:
             raise ValueError("processes must be at least 1.")
-        backend = task_backends[config.backend]
-        assert isinstance(backend, JobsBackend)
+        backend = jobs_backend(config.backend)
         self.db = backend.db
         self.grace = backend.settings.SHUTDOWN_GRACE_SECONDS
         self.poison_after = backend.settings.POISON_LOST_ATTEMPTS

@@ -38,14 +38,13 @@ from types import FrameType
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections, transaction
-from django.tasks import task_backends
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 
 from . import registry, transitions
 from .attempt import AttemptControl
-from .backend import JobsBackend
+from .backend import jobs_backend
 from .exceptions import (
     JobCancelled,
     JobStopped,
@@ -102,9 +101,7 @@ def rss_mb() -> float:
 
 class Worker:
     def __init__(self, config: WorkerConfig, worker_id: uuid.UUID | None = None) -> None:
-        backend = task_backends[config.backend]
-        if not isinstance(backend, JobsBackend):
-            raise TypeError(f"TASKS[{config.backend!r}] is not a django_jobs backend.")
+        backend = jobs_backend(config.backend)
         self.backend = backend
         self.settings = backend.settings
         self.db = backend.db

@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 
 from django_jobs.api import conf
 from django_jobs.api.permissions import Action, DefaultAuthority
+from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.models import Attempt, Job, JobEvent, Worker
 from django_jobs.states import AttemptOutcome, JobState
 
@@ -558,7 +559,8 @@ def test_schema__is_served_at_the_documented_url(db: None) -> None:
         ({"AUTHORITY_POLICY": "django_jobs.nope.Policy"}, "cannot be imported"),
         ({"AUTHORITY_POLICY": "django_jobs.models.Job"}, "subclass of"),
         ({"TENANTS_FOR_USER": "django_jobs.api.permissions.JOB_ACTIONS"}, "callable"),
-        ({"BACKEND": "nope"}, "BACKEND"),
+        ({"BACKEND": "nope"}, r"^DJANGO_JOBS_API\['BACKEND'\]: TASKS has no backend 'nope'"),
+        ({"BACKEND": 5}, r"^DJANGO_JOBS_API\['BACKEND'\] must be a TASKS alias, not 5\.$"),
         ({"PAGE_SIZE": 0}, "PAGE_SIZE"),
         ({"PAGE_SIZE": 10, "MAX_PAGE_SIZE": 5}, "must not exceed"),
         (["x"], "must be a dict"),
@@ -567,6 +569,23 @@ def test_schema__is_served_at_the_documented_url(db: None) -> None:
 def test_setting__is_checked_strictly(value: Any, message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):
         conf.load(value)
+
+
+def test_setting__a_backend_of_another_class_is_refused_naming_the_setting(
+    settings: Any,
+) -> None:
+    settings.TASKS = {
+        **settings.TASKS,
+        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+    }
+    with pytest.raises(NotAJobsBackendError) as refused:
+        conf.load({"BACKEND": "immediate"})
+
+    assert str(refused.value) == (
+        "DJANGO_JOBS_API['BACKEND']: TASKS['immediate'] uses "
+        "django.tasks.backends.immediate.ImmediateBackend, "
+        "not django_jobs.backend.JobsBackend or a subclass of it."
+    )
 
 
 def test_setting__defaults_are_valid() -> None:

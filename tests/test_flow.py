@@ -10,11 +10,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 import pytest
+from django.conf import settings
 from django.db import connection, connections, transaction
 from django.tasks import task_backends
+from django.test import override_settings
 
 from django_jobs import JobState, control, enqueue_many, transitions
 from django_jobs.conf import JobsOptions
+from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.models import Job, QueueEvent
 from django_jobs.transitions import WorkerIdentity
 from tests.conftest import WorkerProcess, wait_until
@@ -69,6 +72,23 @@ def test_pause__a_second_pause_changes_nothing(pg: None) -> None:
 def test_pause__an_unknown_queue_is_refused(pg: None) -> None:
     with pytest.raises(ValueError, match="Unknown queue 'nope'"):
         control.pause_queue("nope", actor="ops")
+
+
+def test_pause__a_backend_that_is_not_a_jobs_backend_is_refused_and_nothing_recorded(
+    pg: None,
+) -> None:
+    immediate = {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}
+    with (
+        override_settings(TASKS={**settings.TASKS, "immediate": immediate}),
+        pytest.raises(NotAJobsBackendError) as refused,
+    ):
+        control.pause_queue("default", actor="ops", backend="immediate")
+
+    assert str(refused.value) == (
+        "TASKS['immediate'] uses django.tasks.backends.immediate.ImmediateBackend, "
+        "not django_jobs.backend.JobsBackend or a subclass of it."
+    )
+    assert QueueEvent.objects.count() == 0
 
 
 def test_pause__a_paused_flow_controlled_queue_is_not_claimed(pg: None) -> None:

@@ -16,6 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from django_jobs import schedules
+from django_jobs.admin.schedules import ScheduleForm
 from django_jobs.backend import JobsBackend
 from django_jobs.conf import JobsOptions
 from django_jobs.models import Job, Schedule
@@ -390,3 +391,34 @@ def test_admin__actions_disable_enable_and_run_now(pg: None) -> None:
     assert job.initiator == "schedule:minutely run now by ops"
     dashboard = client.get("/admin/django_jobs/job/dashboard/")
     assert b'data-schedule="minutely"' in dashboard.content
+
+
+@pytest.mark.postgres
+def test_admin__a_schedule_for_an_alias_that_is_not_a_jobs_backend_is_refused(pg: None) -> None:
+    form = ScheduleForm(data={"name": "x", "backend": "nope"})
+
+    form.is_valid()
+
+    assert form.errors["backend"] == [
+        "TASKS has no backend 'nope'; the configured aliases are default, fast, flow, sqlite."
+    ]
+
+
+@pytest.mark.postgres
+def test_admin__run_now_of_a_schedule_whose_backend_is_gone_says_why(pg: None) -> None:
+    admin = User.objects.create_superuser("ops", "ops@example.com", "pw")
+    client = Client()
+    client.force_login(admin)
+    row = make_schedule(backend="gone")
+
+    page = client.post(
+        "/admin/django_jobs/schedule/",
+        {"action": "run_now", "_selected_action": [row.pk]},
+        follow=True,
+    )
+
+    assert [str(message) for message in page.context["messages"]] == [
+        "minutely: TASKS has no backend 'gone'; the configured aliases are "
+        "default, fast, flow, sqlite."
+    ]
+    assert not Job.objects.exists()

@@ -32,14 +32,13 @@ from django.http import (
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
-from django.tasks import task_backends
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from .. import control
-from ..backend import JobsBackend
+from ..backend import jobs_backend
 from ..models import Job, QueueState, Schedule, Worker, leases_held
 from ..states import JobState
 
@@ -78,13 +77,6 @@ class WorkerRow:
     running: int
     stale: bool
     heartbeat_age: timedelta
-
-
-def _backend(alias: str = "default") -> JobsBackend:
-    backend = task_backends[alias]
-    if not isinstance(backend, JobsBackend):
-        raise TypeError(f"TASKS[{alias!r}] is not a django_jobs backend.")
-    return backend
 
 
 def queue_stats(db: str, queues: set[str], now: datetime) -> list[QueueStats]:
@@ -174,7 +166,7 @@ def _row(queue: QueueStats, now: datetime, paused: set[str]) -> dict[str, Any]:
 def view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    backend = _backend()
+    backend = jobs_backend("default")
     now = timezone.now()
     stale_after = timedelta(seconds=backend.settings.WORKER_STALE_SECONDS)
     queues = queue_stats(backend.db, set(backend.queues or ()), now)

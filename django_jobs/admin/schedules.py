@@ -21,25 +21,15 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .. import registry, schedules
-from ..backend import JobsBackend
+from ..backend import JobsBackend, jobs_backend
 from ..conf import MAX_CATCH_UP_LIMIT, cron_problem, timezone_problem
-from ..exceptions import EnqueueError
+from ..exceptions import EnqueueError, NotAJobsBackendError
 from ..models import Schedule
 from ..tasks import JobTask
-
-
-def jobs_backend(alias: str) -> JobsBackend | None:
-    try:
-        backend = task_backends[alias]
-    except InvalidTaskBackend:
-        return None
-    return backend if isinstance(backend, JobsBackend) else None
 
 
 class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -56,9 +46,12 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
         cron = data.get("cron")
         if cron is not None and (problem := cron_problem(cron, zone or "UTC")):
             self.add_error("cron", problem)
-        backend = jobs_backend(data.get("backend", "default"))
-        if "backend" in data and backend is None:
-            self.add_error("backend", f"TASKS has no django_jobs backend {data['backend']!r}.")
+        backend: JobsBackend | None = None
+        try:
+            backend = jobs_backend(data.get("backend", "default"))
+        except NotAJobsBackendError as exc:
+            if "backend" in data:
+                self.add_error("backend", str(exc))
         name = data.get("task_name")
         if name is not None:
             registry.discover(backend.settings.TASK_MODULES if backend else ())
@@ -162,15 +155,10 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description=_("Run selected schedules now"), permissions=["run"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         for schedule in queryset:
-            backend = jobs_backend(schedule.backend)
-            if backend is None:
-                self.message_user(
-                    request, f"{schedule.name}: no backend {schedule.backend!r}.", messages.ERROR
-                )
-                continue
             try:
+                backend = jobs_backend(schedule.backend)
                 result = schedules.run_now(backend, schedule, request.user.get_username())
-            except EnqueueError as exc:
+            except (NotAJobsBackendError, EnqueueError) as exc:
                 self.message_user(request, f"{schedule.name}: {exc}", messages.ERROR)
                 continue
             self.message_user(

@@ -15,21 +15,23 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.tasks import task_backends
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from ..backend import JobsBackend
+from ..backend import jobs_backend
+from ..exceptions import NotAJobsBackendError
 from ..models import Lease, Worker, leases_held
 from .readonly import ReadOnlyAdmin
 
 
 def stale_after() -> timedelta:
-    backend = task_backends["default"]
-    seconds = backend.settings.WORKER_STALE_SECONDS if isinstance(backend, JobsBackend) else 30.0
+    try:
+        seconds = jobs_backend("default").settings.WORKER_STALE_SECONDS
+    except NotAJobsBackendError:
+        seconds = 30.0
     return timedelta(seconds=seconds)
 
 

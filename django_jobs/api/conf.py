@@ -19,9 +19,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 from django.utils.module_loading import import_string
+
+from django_jobs.exceptions import NotAJobsBackendError
 
 if TYPE_CHECKING:
     from .permissions import Authority
@@ -69,7 +69,7 @@ def _import(key: str, value: Any) -> Any:
 
 def load(user_settings: Any) -> APISettings:
     """Validate ``DJANGO_JOBS_API`` and build what the views use."""
-    from django_jobs.backend import JobsBackend
+    from django_jobs.backend import jobs_backend
 
     from .permissions import Authority
 
@@ -98,15 +98,12 @@ def load(user_settings: Any) -> APISettings:
         )
 
     alias = values["BACKEND"]
+    if not isinstance(alias, str):
+        raise ImproperlyConfigured(f"{_where('BACKEND')} must be a TASKS alias, not {alias!r}.")
     try:
-        backend = task_backends[alias] if isinstance(alias, str) else None
-    except InvalidTaskBackend as exc:
-        raise ImproperlyConfigured(f"{_where('BACKEND')}: {exc}") from exc
-    if not isinstance(backend, JobsBackend):
-        raise ImproperlyConfigured(
-            f"{_where('BACKEND')} must be the alias of a django_jobs backend in TASKS, "
-            f"not {alias!r}."
-        )
+        backend = jobs_backend(alias)
+    except NotAJobsBackendError as exc:
+        raise NotAJobsBackendError(f"{_where('BACKEND')}: {exc}") from exc
 
     sizes = {}
     for key in ("PAGE_SIZE", "MAX_PAGE_SIZE"):

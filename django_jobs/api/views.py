@@ -13,7 +13,6 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
-from django.tasks import task_backends
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
@@ -26,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_jobs import control
-from django_jobs.backend import JobsBackend
+from django_jobs.backend import jobs_backend
 from django_jobs.cli.stats import queue_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
 from django_jobs.models import Attempt, Job, Worker, leases_held
@@ -234,7 +233,7 @@ class QueueStatsView(APIView):
         settings = api_settings()
         jobs = settings.authority.filter_jobs(request, Action.VIEW, _jobs())
         now = timezone.now()
-        backend = task_backends[settings.backend]
+        backend = jobs_backend(settings.backend)
         # The same numbers as `manage.py jobs stats`, over the jobs this caller may see.
         data = [
             {
@@ -282,7 +281,6 @@ class WorkerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Worker]):
         return Worker.objects.using(db).all().annotate(leases=leases_held(db))
 
     def get_serializer_context(self) -> dict[str, Any]:
-        backend = task_backends[api_settings().backend]
-        assert isinstance(backend, JobsBackend)
+        backend = jobs_backend(api_settings().backend)
         stale = timedelta(seconds=backend.settings.WORKER_STALE_SECONDS)
         return {**super().get_serializer_context(), "stale_before": timezone.now() - stale}

@@ -23,16 +23,15 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
+from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
 
 from django_jobs import control, registry, retention
-from django_jobs.backend import JobsBackend
+from django_jobs.backend import JobsBackend, jobs_backend
 from django_jobs.cli import render
 from django_jobs.cli.arguments import non_negative_float, positive_float, positive_int
 from django_jobs.cli.stats import queue_stats, worker_stats
-from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
+from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError, NotAJobsBackendError
 from django_jobs.models import Attempt, Job, JobEvent
 from django_jobs.states import TRANSITIONS, VERBS, JobState
 from django_jobs.tasks import JobTask
@@ -191,22 +190,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand: str = options["subcommand"]
-        backend = self._backend(options["backend"])
+        try:
+            backend = jobs_backend(options["backend"])
+        except NotAJobsBackendError as exc:
+            raise CommandError(str(exc)) from None
         handler: Callable[[JobsBackend, dict[str, Any]], None]
         handler = self._verb if subcommand in VERBS else getattr(self, f"_{subcommand}")
         handler(backend, options)
-
-    def _backend(self, alias: str) -> JobsBackend:
-        try:
-            backend = task_backends[alias]
-        except InvalidTaskBackend as exc:
-            raise CommandError(str(exc)) from None
-        if not isinstance(backend, JobsBackend):
-            raise CommandError(
-                f"TASKS[{alias!r}] uses {type(backend).__module__}.{type(backend).__name__}, "
-                "not django_jobs.backend.JobsBackend."
-            )
-        return backend
 
     # -- reading ------------------------------------------------------------
 

@@ -7,11 +7,10 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 
-from django_jobs.backend import JobsBackend
+from django_jobs.backend import jobs_backend
 from django_jobs.cli.arguments import positive_int
+from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.supervisor import Supervisor
 from django_jobs.worker import WorkerConfig
 
@@ -69,14 +68,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         alias = options["backend"]
         try:
-            backend = task_backends[alias]
-        except InvalidTaskBackend as exc:
+            backend = jobs_backend(alias)
+        except NotAJobsBackendError as exc:
             raise CommandError(str(exc)) from None
-        if not isinstance(backend, JobsBackend):
-            raise CommandError(
-                f"TASKS[{alias!r}] uses {type(backend).__module__}.{type(backend).__name__}, "
-                "not django_jobs.backend.JobsBackend."
-            )
         queues = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
         unknown = sorted(set(queues) - backend.queues)
         if unknown:
