@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
     ArgumentsNotJSONError,
+    DependencyError,
     EnqueueError,
     InvalidJobOptionError,
     LeaseLostError,
@@ -54,6 +55,7 @@ __all__ = [
     "ArgumentsNotJSONError",
     "AttemptOutcome",
     "Backoff",
+    "DependencyError",
     "EnqueueError",
     "InvalidJobOptionError",
     "JobState",

@@ -33,6 +33,7 @@ from django.utils import timezone
 from . import registry
 from .bulk import Call, new_ids
 from .conf import JobsOptions
+from .dependencies import dependency_ids
 from .enqueue import DepthGauge, accept, accept_many, new_job
 from .exceptions import (
     EnqueueError,
@@ -95,10 +96,11 @@ class JobsBackend(BaseTaskBackend):
         args, kwargs = list(args), dict(kwargs)
         encoded = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
         job = new_job(args=args, kwargs=kwargs, **self._job_template(task))
+        after = dependency_ids(task.after) if isinstance(task, JobTask) else []
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None:
             self.depth.check(self.db, task.queue_name, limit)
-        stored = accept(self.db, job, encoded, lambda j: self._announce(task, j))
+        stored = accept(self.db, job, encoded, lambda j: self._announce(task, j), after)
         return build(task, stored, [])
 
     def enqueue_many(
@@ -117,6 +119,11 @@ class JobsBackend(BaseTaskBackend):
             raise InvalidJobOptionError(
                 f"{task.module_path}: enqueue_many does not take an idempotency key; "
                 "enqueue those jobs one by one."
+            )
+        if isinstance(task, JobTask) and task.after:
+            raise InvalidJobOptionError(
+                f"{task.module_path}: enqueue_many does not take after=; enqueue jobs "
+                "that wait for others one by one."
             )
         given = list(calls_given)
         if not given:
@@ -286,6 +293,10 @@ def _validate_job_options(task: JobTask) -> None:
             fail(f"{name} is {len(value)} characters long; at most {limit} fit.")
         elif name in ("idempotency_key", "concurrency_key") and not value:
             fail(f"{name} must not be empty (pass None for no key).")
+    try:
+        dependency_ids(task.after)
+    except ValueError as exc:
+        fail(str(exc))
     if task.expires_at is not None:
         if not isinstance(task.expires_at, datetime):
             fail(f"expires_at must be a datetime, not {type(task.expires_at).__name__}.")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from functools import cache, partial
 from typing import Any
@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from . import pgsql
 from .bulk import Call, copy_jobs
+from .dependencies import add_dependencies, check_exist, wait_for
 from .exceptions import QueueFullError
 from .models import Job
 from .states import JobState
@@ -45,21 +46,20 @@ def find_existing(db: str, scope: str, key: str | None) -> Job | None:
     return Job.objects.using(db).filter(dedup_scope=scope, idempotency_key=key).first()
 
 
-def insert(db: str, job: Job) -> tuple[Job, bool]:
+def insert(db: str, job: Job, after: Sequence[uuid.UUID] = ()) -> tuple[Job, bool]:
     """Insert ``job`` or return the one that already holds its idempotency key.
 
-    Returns (job, created).
+    ``after``: the jobs it waits for (``dependencies.py``). Returns (job, created).
     """
     if job.idempotency_key is None:
-        job.save(using=db, force_insert=True)
-        return job, True
+        return _write(db, job, after), True
     existing = find_existing(db, job.dedup_scope, job.idempotency_key)
     if existing is not None:
         return existing, False
     try:
         # A savepoint, so losing the race does not abort the caller's transaction.
         with transaction.atomic(using=db):
-            job.save(using=db, force_insert=True)
+            _write(db, job, after)
     except IntegrityError:
         # The other insert has committed (PostgreSQL made us wait for it), and
         # under READ COMMITTED this new statement sees its row.
@@ -68,6 +68,15 @@ def insert(db: str, job: Job) -> tuple[Job, bool]:
             raise
         return existing, False
     return job, True
+
+
+def _write(db: str, job: Job, after: Sequence[uuid.UUID]) -> Job:
+    if after:
+        wait_for(db, job, after)
+    job.save(using=db, force_insert=True)
+    if after:
+        add_dependencies(db, job, after)
+    return job
 
 
 def open_transactions_elsewhere(db: str) -> list[str]:
@@ -129,15 +138,26 @@ def _columns() -> list[tuple[str, Callable[[], Any]]]:
     return [(f.attname, f.get_default) for f in Job._meta.concrete_fields]
 
 
-def accept(db: str, job: Job, encoded: tuple[str, str], announce: Callable[[Job], None]) -> Job:
+def accept(
+    db: str,
+    job: Job,
+    encoded: tuple[str, str],
+    announce: Callable[[Job], None],
+    after: Sequence[uuid.UUID] = (),
+) -> Job:
     """Write ``job`` as part of the caller's transaction; announce it after commit.
 
-    ``encoded`` is the JSON text of its args and kwargs, from their validation.
+    ``encoded`` is the JSON text of its args and kwargs, from their validation;
+    ``after``, the jobs it waits for.
     Returns the job that holds the work: ``job`` itself, or the existing job
     with the same idempotency key.
     """
+    if after:
+        # Bad input fails here, leaving the caller's transaction usable; the
+        # insert checks again with the rows locked.
+        check_exist(db, after)
     elsewhere = open_transactions_elsewhere(db)
-    if not elsewhere and _one_statement(db, job):
+    if not elsewhere and not after and _one_statement(db, job):
         pgsql.insert_job(db, job, *encoded, notify=owes_notify(db, job.queue))
         job._state.adding, job._state.db = False, db  # as save() leaves it
         transaction.on_commit(lambda: announce(job), using=db, robust=True)
@@ -145,9 +165,9 @@ def accept(db: str, job: Job, encoded: tuple[str, str], announce: Callable[[Job]
     if not elsewhere:
         # Outside a transaction, one of our own: the row and its NOTIFY share one commit.
         with transaction.atomic(using=db, savepoint=False):
-            stored, created = insert(db, job)
+            stored, created = insert(db, job, after)
             if created:
-                wake_on_commit(db, stored.queue)
+                _wake_if_queued(db, stored)
                 transaction.on_commit(lambda: announce(stored), using=db, robust=True)
         return stored
     existing = find_existing(db, job.dedup_scope, job.idempotency_key)
@@ -155,13 +175,18 @@ def accept(db: str, job: Job, encoded: tuple[str, str], announce: Callable[[Job]
         return existing
 
     def insert_later() -> None:
-        stored, created = insert(db, job)
+        stored, created = insert(db, job, after)
         if created:
-            wake_on_commit(db, stored.queue)
+            _wake_if_queued(db, stored)
             announce(stored)
 
     _after_commits(elsewhere, insert_later)
     return job
+
+
+def _wake_if_queued(db: str, job: Job) -> None:
+    if job.state == JobState.QUEUED:  # not waiting for other jobs
+        wake_on_commit(db, job.queue)
 
 
 def _one_statement(db: str, job: Job) -> bool:

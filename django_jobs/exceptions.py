@@ -30,6 +30,10 @@ class InvalidJobOptionError(EnqueueError):
     """A per-job option (tenant, idempotency key, ...) has a value we cannot store."""
 
 
+class DependencyError(EnqueueError):
+    """A job named in ``after=`` does not exist, or was discarded and can never succeed."""
+
+
 class NotAJobsBackendError(ImproperlyConfigured):
     """A setting or argument names a ``TASKS`` alias that is not a django-jobs backend.
 

@@ -59,6 +59,10 @@ class Job(models.Model):
         default=0, help_text="Latest attempts in a row that ended lost (poison detection)."
     )
 
+    waiting_on = models.PositiveIntegerField(
+        default=0, help_text="Jobs it was enqueued after that have not succeeded yet."
+    )
+
     progress_done = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)
     progress_message = models.CharField(max_length=500, blank=True, default="")
@@ -194,6 +198,33 @@ class Attempt(models.Model):
         if self.finished_at is None:
             return None
         return self.finished_at - self.started_at
+
+
+class Dependency(models.Model):
+    """``job`` runs only once ``depends_on`` has succeeded (``.using(after=...)``).
+
+    Kept after both have finished, as the record of why a job waited.
+    ``Job.waiting_on`` counts a waiting job's unmet dependencies, and the
+    completion of a dependency decrements it: the decrement locks the waiting
+    job's row, so when several of its dependencies finish at once exactly one
+    of them sees the count reach zero and queues it.
+    """
+
+    # No index of its own: the unique (job, depends_on) index leads with the job.
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="dependencies", db_index=False
+    )
+    depends_on = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependents")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "depends_on"], name="django_jobs_dependency_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} after {self.depends_on_id}"
 
 
 class Lease(models.Model):

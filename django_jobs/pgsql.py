@@ -226,6 +226,29 @@ WITH report AS (
       AND job.attempts = ended.token
       AND job.state IN ({_states(Transition.COMPLETE)})
     RETURNING job.id
+), released AS (
+    -- Jobs enqueued after these (dependencies.py): one unmet dependency
+    -- fewer each, and queued, due now, when none is left. Each decrement
+    -- locks the waiting row, so of two completions racing for the same job
+    -- the second sees the first's count.
+    UPDATE django_jobs_job AS waiting
+    SET waiting_on = waiting.waiting_on - met.n,
+        state = CASE WHEN waiting.waiting_on = met.n
+                     THEN '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}'
+                     ELSE waiting.state END,
+        run_after = CASE WHEN waiting.waiting_on = met.n
+                         THEN greatest(waiting.run_after, now())
+                         ELSE waiting.run_after END,
+        updated_at = now()
+    FROM (
+        SELECT dependency.job_id, count(*) AS n
+        FROM django_jobs_dependency AS dependency
+        JOIN job ON job.id = dependency.depends_on_id
+        GROUP BY dependency.job_id
+    ) AS met
+    WHERE waiting.id = met.job_id
+      AND waiting.state IN ({_states(Transition.DEPENDENCIES_MET)})
+    RETURNING waiting.id
 ), attempt AS (
     UPDATE django_jobs_attempt AS attempt
     SET outcome = 'succeeded', finished_at = now()

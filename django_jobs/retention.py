@@ -15,7 +15,8 @@ What it deletes, and why it is shaped this way:
   because a job quarantined while queued, or by poison detection, never got a
   ``finished_at``, and because a job put on hold yesterday was looked at
   yesterday, however long ago it failed.
-* Live jobs (``queued``, ``running``, ``cancelling``) never, whatever their dates.
+* Live jobs (``waiting``, ``queued``, ``running``, ``cancelling``) never, whatever
+  their dates; nor a finished job that a ``waiting`` job still waits for.
 * ``RetryWindow`` and ``RateWindow`` rows whose window started more than ``keep_retry_windows``
   ago (a day by default): the retry budget only reads the current window.
 * ``Worker`` rows that stopped before the cutoff, and rows of workers that
@@ -42,10 +43,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from .models import Attempt, Job, JobEvent, RateWindow, RetryWindow, Worker
+from .models import Attempt, Dependency, Job, JobEvent, RateWindow, RetryWindow, Worker
 from .states import FINISHED_STATES, JobState
 
 # Finished, but waiting for an operator: kept unless asked.
@@ -75,16 +76,27 @@ class PruneResult:
 
 def _candidates(db: str, cutoff: datetime, include_held: bool) -> list[QuerySet[Job]]:
     """One queryset per pass; two passes so the common one can use the finished_at index."""
+    # A finished job that others still wait for (a failed dependency an
+    # operator may retry) is kept: deleting it would leave them waiting for a
+    # job that no longer exists.
+    awaited = Exists(
+        Dependency.objects.using(db).filter(depends_on=OuterRef("pk"), job__state=JobState.WAITING)
+    )
     finished = (
         Job.objects.using(db)
         .filter(state__in=PRUNABLE_STATES, finished_at__lt=cutoff)
+        .exclude(awaited)
         # Oldest first, along django_jobs_finished_idx, so LIMIT stops early
         # (the model's default ordering, -enqueued_at, would sort every match).
         .order_by("finished_at")
     )
     passes = [finished]
     if include_held:
-        held = Job.objects.using(db).filter(state__in=HELD_STATES, updated_at__lt=cutoff)
+        held = (
+            Job.objects.using(db)
+            .filter(state__in=HELD_STATES, updated_at__lt=cutoff)
+            .exclude(awaited)
+        )
         passes.append(held.order_by())
     return passes
 

@@ -32,6 +32,8 @@ job_lost_exhausted = Signal()
 job_lost_cancelled = Signal()
 job_poisoned = Signal()
 job_expired = Signal()
+job_dependencies_met = Signal()
+job_dependency_discarded = Signal()
 job_cancelled = Signal()
 job_cancel_requested = Signal()
 job_retried = Signal()
@@ -51,6 +53,8 @@ BY_TRANSITION: dict[Transition, Signal] = {
     Transition.REAP_CANCEL: job_lost_cancelled,
     Transition.POISON: job_poisoned,
     Transition.EXPIRE: job_expired,
+    Transition.DEPENDENCIES_MET: job_dependencies_met,
+    Transition.DEPENDENCY_DISCARDED: job_dependency_discarded,
     Transition.CANCEL: job_cancelled,
     Transition.REQUEST_CANCEL: job_cancel_requested,
     Transition.RETRY: job_retried,

@@ -16,6 +16,8 @@ from django.utils.translation import gettext_lazy as _
 
 
 class JobState(models.TextChoices):
+    # Enqueued after other jobs (``after=``); queued once every one has succeeded.
+    WAITING = "waiting", _("Waiting")
     # Waiting to be claimed; ``run_after`` may hold it back (scheduled/backoff).
     QUEUED = "queued", _("Queued")
     # Leased by exactly one attempt.
@@ -53,8 +55,11 @@ class AttemptOutcome(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
 
 
-LIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING})
+LIVE_STATES = frozenset({JobState.WAITING, JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING})
 LEASED_STATES = frozenset({JobState.RUNNING, JobState.CANCELLING})
+# Work a worker can see through: a waiting job only becomes queued when one of
+# these succeeds, so a burst worker is done when none is left.
+IN_FLIGHT_STATES = frozenset({JobState.QUEUED}) | LEASED_STATES
 FINISHED_STATES = frozenset(set(JobState) - LIVE_STATES)
 
 
@@ -73,6 +78,9 @@ class Transition(StrEnum):
     REAP_CANCEL = "reap_cancel"  # ... while cancel was requested
     POISON = "poison"  # ... for the Nth time in a row: held for an operator
     EXPIRE = "expire"  # its deadline passed before it started
+    # Dependencies (``after=``).
+    DEPENDENCIES_MET = "dependencies_met"  # the last job it waits for succeeded
+    DEPENDENCY_DISCARDED = "dependency_discarded"  # a job it waits for can never succeed
     # Operators (admin, API, CLI), through django_jobs.control.
     CANCEL = "cancel"  # a queued job: cancelled at once
     REQUEST_CANCEL = "request_cancel"  # a running job: asked to stop
@@ -104,12 +112,14 @@ TRANSITIONS: dict[Transition, Rule] = {
     Transition.REAP_CANCEL: Rule(frozenset({_S.CANCELLING}), _S.CANCELLED),
     Transition.POISON: Rule(frozenset({_S.RUNNING}), _S.QUARANTINED),
     Transition.EXPIRE: Rule(frozenset({_S.QUEUED}), _S.EXPIRED),
-    Transition.CANCEL: Rule(frozenset({_S.QUEUED}), _S.CANCELLED),
+    Transition.DEPENDENCIES_MET: Rule(frozenset({_S.WAITING}), _S.QUEUED),
+    Transition.DEPENDENCY_DISCARDED: Rule(frozenset({_S.WAITING}), _S.CANCELLED),
+    Transition.CANCEL: Rule(frozenset({_S.WAITING, _S.QUEUED}), _S.CANCELLED),
     Transition.REQUEST_CANCEL: Rule(frozenset({_S.RUNNING}), _S.CANCELLING),
     Transition.RETRY: Rule(UNSUCCESSFUL | {_S.QUARANTINED}, _S.QUEUED),
     Transition.QUARANTINE: Rule(UNSUCCESSFUL | {_S.QUEUED}, _S.QUARANTINED),
     Transition.RELEASE: Rule(frozenset({_S.QUARANTINED}), _S.QUEUED),
-    Transition.DISCARD: Rule(UNSUCCESSFUL | {_S.QUEUED, _S.QUARANTINED}, _S.DISCARDED),
+    Transition.DISCARD: Rule(UNSUCCESSFUL | {_S.WAITING, _S.QUEUED, _S.QUARANTINED}, _S.DISCARDED),
 }
 
 # The operator verbs and the transitions each may take, tried in order.
@@ -129,7 +139,7 @@ def allowed(transition: Transition, state: JobState | str) -> bool:
 def django_status(state: JobState | str) -> TaskResultStatus:
     """Map our detailed state onto the four statuses Django's Tasks framework knows."""
     state = JobState(state)
-    if state is JobState.QUEUED:
+    if state in (JobState.WAITING, JobState.QUEUED):
         return TaskResultStatus.READY
     if state in LEASED_STATES:
         return TaskResultStatus.RUNNING

@@ -9,6 +9,7 @@ Django 6.1 hands extra ``@task(...)`` keyword arguments to the backend's
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
     idempotency_key: str | None = None
     concurrency_key: str | None = None
     expires_at: datetime | None = None
+    # Jobs (their ids, results or rows) that must succeed before this one runs.
+    after: tuple[Any, ...] = ()
 
     def using(
         self,
@@ -50,8 +53,13 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         expires_at: datetime | None = None,
+        after: Iterable[Any] | None = None,
     ) -> JobTask:
-        """Return a copy with per-call options; Django's own are handled by Django."""
+        """Return a copy with per-call options; Django's own are handled by Django.
+
+        ``after``: jobs — a ``TaskResult``, a ``Job`` or a job id — that must
+        all succeed before this one runs; checked at enqueue.
+        """
         base: Task[Any, Any] = Task.using(
             self,
             priority=priority,
@@ -66,6 +74,7 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
             "idempotency_key": idempotency_key,
             "concurrency_key": concurrency_key,
             "expires_at": expires_at,
+            "after": None if after is None else _one_or_many(after),
         }
         changes = {name: value for name, value in ours.items() if value is not None}
         return replace(base, **changes) if changes else base
@@ -76,6 +85,16 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         if isinstance(self.backoff, Backoff):
             return self.backoff
         return Backoff(base=float(self.backoff), cap=max(default.cap, float(self.backoff)))
+
+
+def _one_or_many(after: Any) -> tuple[Any, ...]:
+    """``after=`` takes one job as well as several: a job id is text, not a sequence."""
+    if isinstance(after, str | uuid.UUID) or hasattr(after, "id"):
+        return (after,)
+    try:
+        return tuple(after)
+    except TypeError:
+        return (after,)  # refused, with its type named, when the task is validated
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

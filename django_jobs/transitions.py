@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Count, F, QuerySet, Value
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -46,6 +46,7 @@ from .conf import JobsOptions
 from .exceptions import InvalidTransitionError, JobNotFoundError
 from .models import (
     Attempt,
+    Dependency,
     Job,
     JobEvent,
     Lease,
@@ -735,7 +736,46 @@ def finish(
             Worker.objects.using(db).filter(id=worker_id).update(
                 jobs_done=F("jobs_done") + len(done.applied)
             )
+        _release_dependents(
+            db, [r.job_id for r, state in done.applied if state == JobState.SUCCEEDED], now
+        )
     return done
+
+
+def _release_dependents(db: str, succeeded: Sequence[uuid.UUID], now: datetime) -> None:
+    """One unmet dependency fewer for each job waiting on ``succeeded``; queue those at zero.
+
+    The ORM twin of the ``released`` step of ``pgsql.COMPLETE``. The first
+    update locks each waiting row, so concurrent completions of its other
+    dependencies queue it exactly once.
+    """
+    if not succeeded:
+        return
+    met = (
+        Dependency.objects.using(db)
+        .filter(depends_on_id__in=succeeded)
+        .values("job_id")
+        .annotate(n=Count("id"))
+        .order_by("job_id")  # one lock order for every completer
+    )
+    for row in met:
+        waiting = Job.objects.using(db).filter(
+            id=row["job_id"], state__in=_sources(Transition.DEPENDENCIES_MET)
+        )
+        waiting.update(waiting_on=F("waiting_on") - row["n"], updated_at=now)
+        ready = waiting.filter(waiting_on=0)
+        queue = ready.values_list("queue", flat=True).first()
+        if queue is None:
+            continue
+        ready.update(
+            state=_target(Transition.DEPENDENCIES_MET),
+            run_after=Greatest("run_after", Value(now)),
+            updated_at=now,
+        )
+        wake_on_commit(db, queue)
+        send_on_commit(
+            db, row["job_id"], Transition.DEPENDENCIES_MET, JobState.WAITING, JobState.QUEUED
+        )
 
 
 def _fast_success(db: str, report: Report) -> bool:
@@ -745,6 +785,7 @@ def _fast_success(db: str, report: Report) -> bool:
         and report.progress is None
         and connections[db].vendor == "postgresql"
         and not signal_listeners(Transition.COMPLETE)
+        and not signal_listeners(Transition.DEPENDENCIES_MET)
     )
 
 
@@ -1031,10 +1072,56 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
         moved = Job.objects.using(db).filter(id=job_id, state=job.state).update(**changes)
         assert moved == 1, "the job row is locked; its state cannot have changed"
         _audit(db, job_id, transition, job.state, actor, note, now)
+        if transition is Transition.DISCARD:
+            _cancel_dependents(db, job_id, actor, now)
         if _target(transition) == JobState.QUEUED:
             wake_on_commit(db, job.queue)
         send_on_commit(db, job_id, transition, job.state, _target(transition), actor, note)
     return transition
+
+
+def _cancel_dependents(db: str, discarded: uuid.UUID, actor: str, now: datetime) -> None:
+    """Cancel the jobs waiting on ``discarded``, and theirs in turn: none of them can run now.
+
+    A failed, cancelled or expired dependency does not do this: an operator
+    may still retry it, and its dependents wait for that. Discarding accepts
+    the loss, so the jobs waiting for it end too, each with an audit event
+    naming the job it waited for.
+    """
+    frontier = [discarded]
+    while frontier:
+        edges = (
+            Dependency.objects.using(db)
+            .filter(depends_on_id__in=frontier)
+            .order_by("job_id")
+            .values_list("job_id", "depends_on_id")
+        )
+        frontier = []
+        for job_id, depends_on in edges:
+            note = f"job {depends_on}, which it waited for, was discarded"
+            moved = (
+                Job.objects.using(db)
+                .filter(id=job_id, state__in=_sources(Transition.DEPENDENCY_DISCARDED))
+                .update(
+                    state=_target(Transition.DEPENDENCY_DISCARDED),
+                    finished_at=now,
+                    updated_at=now,
+                    last_error=f"cancelled: {note}",
+                )
+            )
+            if not moved:
+                continue
+            _audit(db, job_id, Transition.DEPENDENCY_DISCARDED, JobState.WAITING, actor, note, now)
+            send_on_commit(
+                db,
+                job_id,
+                Transition.DEPENDENCY_DISCARDED,
+                JobState.WAITING,
+                _target(Transition.DEPENDENCY_DISCARDED),
+                actor,
+                note,
+            )
+            frontier.append(job_id)
 
 
 def set_queue_paused(db: str, queue: str, paused: bool, actor: str, note: str = "") -> bool:

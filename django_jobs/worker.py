@@ -59,7 +59,7 @@ from .payload import check_result
 from .results import JobResult
 from .retry import Decision, Verdict
 from .schedules import Scheduler
-from .states import LIVE_STATES, AttemptOutcome, JobState, django_status
+from .states import IN_FLIGHT_STATES, AttemptOutcome, JobState, django_status
 from .tasks import JobContext
 from .transitions import Claimed, Report, WorkerIdentity
 from .wakeup import Listener
@@ -310,7 +310,7 @@ class Worker:
         try:
             return not (
                 Job.objects.using(self.db)
-                .filter(queue__in=self.queues, state__in=[str(s) for s in LIVE_STATES])
+                .filter(queue__in=self.queues, state__in=[str(s) for s in IN_FLIGHT_STATES])
                 .exists()
             )
         except DatabaseError as exc:

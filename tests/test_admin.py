@@ -19,7 +19,16 @@ from django.utils import timezone
 
 from django_jobs.admin import actions
 from django_jobs.admin.pagination import EstimatedCountPaginator
-from django_jobs.models import Attempt, Job, JobEvent, Lease, QueueEvent, QueueState, Worker
+from django_jobs.models import (
+    Attempt,
+    Dependency,
+    Job,
+    JobEvent,
+    Lease,
+    QueueEvent,
+    QueueState,
+    Worker,
+)
 from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState
 
 pytestmark = pytest.mark.postgres
@@ -319,6 +328,26 @@ def test_job_page__shows_the_lease_and_the_progress(admin_client: Client) -> Non
     assert '<progress value="3" max="4"></progress> 3/4 (75%)' in html
 
 
+def test_job_page__links_the_jobs_it_waits_for_and_the_jobs_waiting_for_it(
+    admin_client: Client,
+) -> None:
+    parent = make_job(JobState.EXHAUSTED)
+    job = make_job(JobState.WAITING, waiting_on=1)
+    child = make_job(JobState.WAITING, waiting_on=1)
+    Dependency.objects.create(job=job, depends_on=parent)
+    Dependency.objects.create(job=child, depends_on=job)
+
+    html = admin_client.get(reverse("admin:django_jobs_job_change", args=[job.pk])).content.decode()
+
+    for other, state in ((parent, "exhausted"), (child, "waiting")):
+        url = reverse("admin:django_jobs_job_change", args=[other.pk])
+        assert (
+            f'<a href="{url}">{str(other.id)[:8]}</a> add '
+            f'<span class="dj-badge dj-state-{state}">{state.capitalize()}</span>'
+        ) in html
+    assert '<span class="dj-badge dj-state-waiting">Waiting</span>' in html
+
+
 def test_job_page__shows_the_audit_trail_of_manual_actions(admin_client: Client) -> None:
     job = make_job(JobState.EXHAUSTED)
     admin_client.post(button_url(job, "quarantine"), {"note": "poison: bad payload"})
@@ -586,7 +615,7 @@ def test_dashboard__shows_depth_by_state_oldest_due_job_throughput_and_failures(
     } == {
         "due": 1,
         "scheduled": 1,
-        "depth": [1, 0, 1],  # running, cancelling, quarantined
+        "depth": [0, 1, 0, 1],  # waiting, running, cancelling, quarantined
         "finished": [2, 3],  # last 5 minutes, last hour
         "succeeded": [1, 2],
         "failures": [1, 1],

@@ -27,7 +27,7 @@ from django.test.utils import override_settings
 from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
 
-from django_jobs.models import Attempt, Job, JobEvent
+from django_jobs.models import Attempt, Dependency, Job, JobEvent
 from django_jobs.states import AttemptOutcome, JobState
 from tests.test_admin import lease, make_job, make_worker
 
@@ -267,6 +267,15 @@ def a_day_of_trouble() -> dict[str, Job]:
             "TypeError: unsupported operand type(s) for +: 'int' and 'str'"
         ),
     )
+    # The receipt of the order whose charge exhausted: it waits for that job.
+    jobs["waiting"] = make_job(
+        JobState.WAITING,
+        task_name="tests.testapp.tasks.record",
+        tenant="globex",
+        waiting_on=1,
+        enqueued_at=now - timedelta(hours=2),
+    )
+    Dependency.objects.create(job=jobs["waiting"], depends_on=jobs["exhausted"])
     busy = make_worker(host="worker-a", pid=311, queues=["default", "other"])
     make_worker(host="worker-b", pid=977, heartbeat_age=95)
     lease(jobs["running"], busy)
@@ -378,6 +387,25 @@ def test_browser__each_button_on_the_job_page_changes_the_job_and_says_so(
 
     assert console.messages() == [message]
     assert console.job_state() == state
+
+
+def test_browser__an_operator_follows_a_waiting_job_to_the_job_it_waits_for_and_retries_it(
+    console: Console,
+) -> None:
+    jobs = a_day_of_trouble()
+    console.open(f"/admin/django_jobs/job/{jobs['waiting'].pk}/change/")
+    assert console.job_state() == "Waiting"
+
+    console.driver.find_element(By.CSS_SELECTOR, ".field-waits_for a").click()
+    console.wait_for(".field-state_badge")
+    reached = (console.job_state(), console.driver.current_url)
+    console.press("retry")
+
+    assert reached == (
+        "Exhausted",
+        f"{console.base}/admin/django_jobs/job/{jobs['exhausted'].pk}/change/",
+    )
+    assert console.messages() == ["Job retried: it is now Queued."]
 
 
 def test_browser__an_operator_without_retry_job_sees_no_retry_button(

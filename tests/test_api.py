@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from django_jobs.api import conf
 from django_jobs.api.permissions import Action, DefaultAuthority
 from django_jobs.exceptions import NotAJobsBackendError
-from django_jobs.models import Attempt, Job, JobEvent, Worker
+from django_jobs.models import Attempt, Dependency, Job, JobEvent, Worker
 from django_jobs.states import AttemptOutcome, JobState
 
 pytestmark = [pytest.mark.postgres, pytest.mark.urls("tests.api_urls")]
@@ -364,6 +364,22 @@ def test_detail__return_value_is_null_unless_the_job_succeeded(operator: APIClie
     assert body["return_value"] is None
     assert body["status"] == "FAILED"
     assert body["progress"] is None
+
+
+def test_detail__a_waiting_job_shows_what_it_waits_for(operator: APIClient) -> None:
+    first, second = make_job(JobState.SUCCEEDED), make_job(JobState.EXHAUSTED)
+    waiting = make_job(JobState.WAITING, waiting_on=1)
+    Dependency.objects.create(job=waiting, depends_on=first)
+    Dependency.objects.create(job=waiting, depends_on=second)
+
+    body = operator.get(f"{URL}{waiting.id}/").json()
+
+    assert (body["state"], body["status"], body["waiting_on"], body["waits_for"]) == (
+        "waiting",
+        "READY",
+        1,
+        [str(first.id), str(second.id)],
+    )
 
 
 def test_detail__list_filters_do_not_apply_to_a_job_url(operator: APIClient) -> None:

@@ -283,6 +283,34 @@ def test_enqueue__the_same_idempotency_key_returns_the_existing_job(pg: None) ->
     assert (second, Job.objects.count()) == (first, 1)
 
 
+def test_enqueue__after_makes_the_job_wait_for_the_jobs_named(pg: None) -> None:
+    first = jobs("enqueue", ADD, "--args", "[1, 2]", "--quiet")[0].strip()
+    second = jobs("enqueue", ADD, "--args", "[3, 4]", "--quiet")[0].strip()
+
+    out, _ = jobs("enqueue", ADD, "--args", "[5, 6]", "--after", first, "--after", second)
+
+    waiting = Job.objects.get(args=[5, 6])
+    shown, _ = jobs("show", str(waiting.id))
+    assert out.startswith(f"{waiting.id}  waiting on default, runs after ")
+    assert (waiting.state, waiting.waiting_on) == (JobState.WAITING, 2)
+    lines = [line.strip().split("  ", 1) for line in shown.splitlines()]
+    assert [line[1].strip() for line in lines if line[0] == "after"] == [
+        f"{first} (queued)",
+        f"{second} (queued)",
+    ]
+
+
+def test_enqueue__after_a_job_that_does_not_exist_is_refused(pg: None) -> None:
+    missing = "00000000-0000-4000-8000-000000000000"
+
+    error, _, _ = jobs_failing("enqueue", ADD, "--args", "[1, 2]", "--after", missing)
+
+    assert error == (
+        f"Enqueue refused, nothing written: after: there is no job {missing}; nothing was enqueued."
+    )
+    assert Job.objects.count() == 0
+
+
 def test_enqueue__an_unknown_task_is_refused_and_writes_nothing(pg: None) -> None:
     error, _, _ = jobs_failing("enqueue", "tests.testapp.tasks.ad")
 

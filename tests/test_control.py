@@ -283,7 +283,7 @@ def test_verbs__bulk_reports_changed_and_refused_with_reasons(pg: None) -> None:
     assert outcome.changed == [uuid.UUID(queued.id)]
     assert outcome.refused == {
         uuid.UUID(done.id): f"Cannot cancel job {done.id}: it is succeeded; cancel applies "
-        "only to jobs that are queued, running."
+        "only to jobs that are queued, running, waiting."
     }
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_jobs import retention
-from django_jobs.models import Attempt, Job, JobEvent, RateWindow, RetryWindow, Worker
+from django_jobs.models import Attempt, Dependency, Job, JobEvent, RateWindow, RetryWindow, Worker
 from django_jobs.states import AttemptOutcome, JobState
 
 pytestmark = pytest.mark.postgres
@@ -103,13 +103,28 @@ def test_prune__keeps_jobs_that_finished_after_the_cutoff(pg: None) -> None:
     assert (result.jobs, remaining()) == (0, {str(young.id)})
 
 
-@pytest.mark.parametrize("state", [JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING])
+@pytest.mark.parametrize(
+    "state", [JobState.WAITING, JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING]
+)
 def test_prune__never_deletes_live_jobs_whatever_their_dates(pg: None, state: JobState) -> None:
     live = finished_job(state, days_ago=30)
 
     retention.prune(DB, older_than=WEEK, include_held=True)
 
     assert remaining() == {str(live.id)}
+
+
+@pytest.mark.parametrize("state", [JobState.FAILED, JobState.EXHAUSTED])
+def test_prune__keeps_an_old_finished_job_that_a_waiting_job_waits_for(
+    pg: None, state: JobState
+) -> None:
+    awaited = finished_job(state, days_ago=30)
+    waiting = finished_job(JobState.WAITING, days_ago=30)
+    Dependency.objects.create(job=waiting, depends_on=awaited)
+
+    retention.prune(DB, older_than=WEEK, include_held=True)
+
+    assert remaining() == {str(awaited.id), str(waiting.id)}
 
 
 @pytest.mark.parametrize("state", [JobState.EXHAUSTED, JobState.QUARANTINED])

@@ -75,3 +75,21 @@ def test_sqlite__enqueue_many_writes_the_same_rows_as_enqueue() -> None:
 
 
 _PER_JOB = {"id", "enqueued_at", "updated_at"}
+
+
+def test_sqlite__a_job_enqueued_after_another_runs_once_it_has_succeeded(
+    run_burst: Burst,
+) -> None:
+    first = tasks.record.using(backend="sqlite").enqueue()
+    second = tasks.record.using(backend="sqlite", after=[first]).enqueue()
+    waiting = Job.objects.using("sqlite").get(id=second.id).state
+
+    run_burst(*SQLITE)
+
+    jobs = {str(j.id): j for j in Job.objects.using("sqlite")}
+    assert (waiting, jobs[first.id].state, jobs[second.id].state) == (
+        JobState.WAITING,
+        JobState.SUCCEEDED,
+        JobState.SUCCEEDED,
+    )
+    assert jobs[second.id].started_at >= jobs[first.id].finished_at

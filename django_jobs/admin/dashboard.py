@@ -49,7 +49,13 @@ if TYPE_CHECKING:
 FAILURE_STATES = (JobState.FAILED, JobState.EXHAUSTED, JobState.EXPIRED)
 # States an operator must look at: they will not move on their own.
 HELD_STATES = (JobState.QUARANTINED,)
-SHOWN_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING, *HELD_STATES)
+SHOWN_STATES = (
+    JobState.QUEUED,
+    JobState.WAITING,
+    JobState.RUNNING,
+    JobState.CANCELLING,
+    *HELD_STATES,
+)
 WINDOWS = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1)}
 SCHEDULES_SHOWN = 50
 

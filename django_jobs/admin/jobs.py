@@ -26,8 +26,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
@@ -159,6 +159,10 @@ class JobEventInline(ReadOnlyInline):
         return format_html("{} → {}", state_badge(event.from_state), state_badge(event.to_state))
 
 
+# A job may wait for up to 100 jobs and be waited for by any number.
+DEPENDENCIES_SHOWN = 20
+
+
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
@@ -234,6 +238,10 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
                     "updated_at",
                 )
             },
+        ),
+        (
+            gettext_lazy("Dependencies"),
+            {"fields": ("waits_for", "waited_for_by")},
         ),
         (
             gettext_lazy("Payload and result"),
@@ -326,6 +334,38 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
     # -- job page ---------------------------------------------------------------
+
+    @admin.display(description=gettext_lazy("waits for"))
+    def waits_for(self, job: Job) -> SafeString | str:
+        """The jobs it was enqueued after, each with its state: what holds a waiting job."""
+        rows = Job.objects.filter(dependents__job=job).order_by("enqueued_at", "id")
+        return self._job_links(job, rows, DEPENDENCIES_SHOWN)
+
+    @admin.display(description=gettext_lazy("waited for by"))
+    def waited_for_by(self, job: Job) -> SafeString | str:
+        rows = Job.objects.filter(dependencies__depends_on=job).order_by("enqueued_at", "id")
+        return self._job_links(job, rows, DEPENDENCIES_SHOWN)
+
+    def _job_links(self, job: Job, rows: QuerySet[Job], limit: int) -> SafeString | str:
+        shown = list(rows.using(job._state.db).only("id", "state", "task_name")[: limit + 1])
+        if not shown:
+            return EMPTY
+        links = format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">{}</a> {} {}',
+            (
+                (
+                    reverse("admin:django_jobs_job_change", args=[other.pk]),
+                    str(other.id)[:8],
+                    other.task_name.split(".")[-1],
+                    state_badge(other.state),
+                )
+                for other in shown[:limit]
+            ),
+        )
+        if len(shown) > limit:
+            return format_html("{}<br>{}", links, _("and more"))
+        return links
 
     @admin.display(description=gettext_lazy("arguments"))
     def args_json(self, job: Job) -> SafeString:

@@ -72,6 +72,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "cancel_requested_at",
             "progress",
             "last_error",
+            "waiting_on",
         ]
         read_only_fields = fields
 
@@ -138,6 +139,9 @@ class JobDetailSerializer(JobSerializer):
     errors = serializers.SerializerMethodField()  # type: ignore[assignment]
     last_attempted_at = serializers.SerializerMethodField()
     worker_ids = serializers.SerializerMethodField()
+    waits_for = serializers.SerializerMethodField(
+        help_text="Ids of the jobs it was enqueued after (after=), oldest first."
+    )
     attempt_log = AttemptSerializer(source="attempt_set", many=True, read_only=True)
     events = EventSerializer(many=True, read_only=True, help_text="The audit trail.")
 
@@ -153,10 +157,18 @@ class JobDetailSerializer(JobSerializer):
             "errors",
             "last_attempted_at",
             "worker_ids",
+            "waits_for",
             "attempt_log",
             "events",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
+    def get_waits_for(self, job: Job) -> list[str]:
+        return [
+            str(job_id)
+            for job_id in job.dependencies.order_by("id").values_list("depends_on_id", flat=True)
+        ]
 
     @extend_schema_field(OpenApiTypes.ANY)
     def get_return_value(self, job: Job) -> Any:

@@ -139,6 +139,13 @@ class Command(BaseCommand):
             help="Do not run before this many seconds from now.",
         )
         sub.add_argument(
+            "--after",
+            action="append",
+            default=[],
+            metavar="ID",
+            help="Run only once this job has succeeded (repeatable).",
+        )
+        sub.add_argument(
             "--actor", help="Recorded as the job's initiator (default: cli:<os user>)."
         )
         sub.add_argument("--quiet", action="store_true", help="Print only the job's id.")
@@ -278,6 +285,14 @@ class Command(BaseCommand):
         ]
         if job.cancel_requested_at is not None:
             fields.append(("cancel asked", render.when(job.cancel_requested_at)))
+        after = (
+            Job.objects.using(db)
+            .filter(dependents__job=job)
+            .order_by("enqueued_at", "id")
+            .values_list("id", "state")
+        )
+        for depends_on, state in after:
+            fields.append(("after", f"{depends_on} ({state})"))
         if job.progress_done is not None:
             total = f"/{job.progress_total}" if job.progress_total is not None else ""
             message = f" {job.progress_message}" if job.progress_message else ""
@@ -426,6 +441,8 @@ class Command(BaseCommand):
                 using[keyword] = options[option]
         if options["delay"]:
             using["run_after"] = timezone.now() + timedelta(seconds=options["delay"])
+        if options["after"]:
+            using["after"] = options["after"]  # each id is checked by enqueue
         try:
             result = task.using(**using).enqueue(*args, **kwargs)
         except InvalidTask as exc:  # every refusal of enqueue, ours and Django's

@@ -4,7 +4,9 @@
 2. Creates the orders and enqueues their jobs in the same transaction: the
    jobs exist if and only if the orders do.
 3. Runs ``runworkers --burst`` as a subprocess (two processes, four threads
-   each), which exits once nothing is queued or running.
+   each), which exits once nothing is queued or running. Each receipt waits
+   for its order's charge (``after=``), so the declined card's receipt is
+   never sent: it waits for an operator to retry the charge.
 4. Shows finished jobs as they happen, then a summary.
 """
 
@@ -86,12 +88,16 @@ class Command(BaseCommand):
                     email=DECLINED_EMAIL if n == 13 else f"customer{n}@example.com",
                     total=Decimal(10 + n % 7 * 5) + Decimal("0.99"),
                 )
-                # Charging comes first; a repeated enqueue of the receipt for the
-                # same order returns the existing job instead of a second one.
-                charge_card.using(priority=10).enqueue(order.pk)
+                # The receipt waits until the card is charged; a repeated
+                # enqueue of the receipt for the same order returns the existing
+                # job instead of a second one.
+                charge = charge_card.using(priority=10).enqueue(order.pk)
                 sync_inventory.enqueue(order.pk)
-                send_receipt.using(idempotency_key=f"receipt:{order.number}").enqueue(order.pk)
-                send_receipt.using(idempotency_key=f"receipt:{order.number}").enqueue(order.pk)
+                receipt = send_receipt.using(
+                    idempotency_key=f"receipt:{order.number}", after=[charge]
+                )
+                receipt.enqueue(order.pk)
+                receipt.enqueue(order.pk)
                 enqueued += 3
         return enqueued
 
@@ -123,6 +129,7 @@ class Command(BaseCommand):
                     )
                     finished = sum(counts[state] for state in FINISHED)
                     bar.set_postfix(
+                        waiting=counts[JobState.WAITING],
                         queued=counts[JobState.QUEUED],
                         running=counts[JobState.RUNNING] + counts[JobState.CANCELLING],
                         refresh=False,
@@ -190,12 +197,21 @@ class Command(BaseCommand):
                 f"after {job.attempts} of {job.max_attempts} attempts"
             )
             write(f"  last error: {job.last_error}")
-        unfinished = jobs.exclude(state__in=FINISHED)
+        # A receipt whose charge exhausted waits for it, by design: it runs if
+        # an operator retries the charge and it succeeds.
+        held = jobs.filter(state=JobState.WAITING, dependencies__depends_on__state__in=FINISHED)
+        for job in held.order_by("enqueued_at"):
+            call = f"{job.task_name.removeprefix(TASK_PREFIX)}({', '.join(map(repr, job.args))})"
+            write(
+                f"Waiting: {call} job {job.id} for a job that did not succeed; "
+                "retry that one (admin, or manage.py jobs retry) and this one runs after it."
+            )
+        unfinished = jobs.exclude(state__in=FINISHED).exclude(id__in=held.values("id"))
         for job in unfinished[:10]:
             write(f"Unfinished: {job}")
-        if total - finished > 10:
-            write(f"... and {total - finished - 10} more unfinished.")
+        if unfinished.count() > 10:
+            write(f"... and {unfinished.count() - 10} more unfinished.")
 
         rate = finished / elapsed if elapsed > 0 else 0.0
         write(f"\n{finished} of {total} jobs finished in {elapsed:.1f}s ({rate:.1f} jobs/s).")
-        return total - finished
+        return unfinished.count()

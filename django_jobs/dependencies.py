@@ -1,0 +1,109 @@
+"""Dependencies at enqueue: a job that runs only after other jobs have succeeded.
+
+``task.using(after=[a, b]).enqueue(...)`` writes the job ``waiting`` with
+``waiting_on`` = how many of ``a`` and ``b`` have not succeeded yet (or
+``queued`` if both already have), and one ``Dependency`` row for each. From
+there the transitions take over: each success decrements its waiting
+dependents' count and queues those it brings to zero; a discarded dependency
+cancels them (``transitions.py``). A dependency that failed, was cancelled or
+expired leaves its dependents waiting: an operator may still retry it.
+
+The jobs waited for are locked ``FOR SHARE`` while the new job is written, so
+a dependency cannot finish between the moment its state is read here and the
+moment the new job's row (which its completion must then find) is committed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import connections
+
+from .exceptions import DependencyError
+from .models import Dependency, Job
+from .states import JobState
+
+# More than this is a batch, not a dependency list: enqueue a job after a few
+# "barrier" jobs instead.
+MAX_DEPENDENCIES = 100
+
+
+def dependency_ids(after: Iterable[Any]) -> list[uuid.UUID]:
+    """The job ids ``after`` names, in order and without repeats.
+
+    Each item is a job id (text or UUID), or anything with an ``id`` that is
+    one (a ``TaskResult``, a ``Job``). Raises ``ValueError`` saying which item
+    is wrong; the backend adds the task's name.
+    """
+    ids: dict[uuid.UUID, None] = {}
+    for index, item in enumerate(after):
+        value = getattr(item, "id", item)
+        if isinstance(value, uuid.UUID):
+            ids[value] = None
+            continue
+        if not isinstance(value, str):
+            raise ValueError(
+                f"after[{index}] must be a job id, a TaskResult or a Job, "
+                f"not {type(item).__name__}."
+            )
+        try:
+            ids[uuid.UUID(value)] = None
+        except ValueError:
+            raise ValueError(f"after[{index}]: {value!r} is not a job id (a UUID).") from None
+    if len(ids) > MAX_DEPENDENCIES:
+        raise ValueError(f"after names {len(ids)} jobs; at most {MAX_DEPENDENCIES} are allowed.")
+    return list(ids)
+
+
+def check_exist(db: str, ids: Sequence[uuid.UUID]) -> None:
+    """Refuse ids that name no job, or a discarded one, before anything is written."""
+    _check(ids, dict(Job.objects.using(db).filter(id__in=ids).values_list("id", "state")))
+
+
+def wait_for(db: str, job: Job, ids: Sequence[uuid.UUID]) -> None:
+    """Lock the jobs ``job`` waits for and set its first state from theirs.
+
+    Raises ``DependencyError`` (nothing written) if one is missing or discarded.
+    ``job`` is not saved yet; ``add_dependencies`` writes its rows once it is.
+    """
+    states = _locked_states(db, ids)
+    _check(ids, states)
+    unmet = sum(1 for state in states.values() if state != JobState.SUCCEEDED)
+    if unmet:
+        # The new job's initial state, set before its only insert.
+        job.state = JobState.WAITING
+        job.waiting_on = unmet
+
+
+def add_dependencies(db: str, job: Job, ids: Sequence[uuid.UUID]) -> None:
+    Dependency.objects.using(db).bulk_create(
+        [Dependency(job_id=job.id, depends_on_id=depends_on) for depends_on in ids]
+    )
+
+
+def _locked_states(db: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    connection = connections[db]
+    if connection.vendor != "postgresql":
+        # SQLite: one writer at a time; there is nothing finer to lock.
+        return dict(Job.objects.using(db).filter(id__in=ids).values_list("id", "state"))
+    with connection.cursor() as cursor:
+        # FOR SHARE, not FOR UPDATE: jobs enqueued after the same job at once
+        # do not wait for each other, only the job's completion waits for them.
+        cursor.execute(
+            f"SELECT id, state FROM {Job._meta.db_table} WHERE id = ANY(%s) FOR SHARE",
+            [list(ids)],
+        )
+        return dict(cursor.fetchall())
+
+
+def _check(ids: Sequence[uuid.UUID], states: dict[uuid.UUID, str]) -> None:
+    for job_id in ids:
+        state = states.get(job_id)
+        if state is None:
+            raise DependencyError(f"after: there is no job {job_id}; nothing was enqueued.")
+        if state == JobState.DISCARDED:
+            raise DependencyError(
+                f"after: job {job_id} was discarded and can never succeed; nothing was enqueued."
+            )

@@ -1,0 +1,246 @@
+"""Dependencies: a job enqueued ``after=`` others runs once every one of them has succeeded."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+
+from django_jobs import DependencyError, InvalidJobOptionError, JobState, control, enqueue_many
+from django_jobs.models import Dependency, Job, JobEvent
+from django_jobs.signals import job_succeeded
+from django_jobs.states import AttemptOutcome
+from django_jobs.transitions import Claimed, Report, WorkerIdentity, claim, finish
+from tests.conftest import run_in_processes
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.postgres
+
+Burst = Callable[..., str]
+DB = "default"
+ME = WorkerIdentity(uuid.uuid4(), "test:1")
+
+
+def state_of(result: Any) -> tuple[str, int]:
+    job = Job.objects.get(id=result.id)
+    return job.state, job.waiting_on
+
+
+def claim_all() -> list[Claimed]:
+    return claim(DB, ME, ["default"], 100, lease_seconds=30)
+
+
+def succeed(claimed: list[Claimed], worker: WorkerIdentity = ME) -> None:
+    reports = [
+        Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED, result=None)
+        for c in claimed
+    ]
+    finish(DB, worker.id, reports)
+
+
+@pytest.fixture(params=["one statement", "orm"])
+def completion_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Both ways a success is written: pgsql.COMPLETE, and the ORM (taken when
+    anyone listens for job_succeeded)."""
+    if request.param == "one statement":
+        yield request.param
+        return
+
+    def listener(**kwargs: Any) -> None:
+        pass
+
+    job_succeeded.connect(listener)
+    try:
+        yield request.param
+    finally:
+        job_succeeded.disconnect(listener)
+
+
+# -- enqueue ------------------------------------------------------------------------------------
+
+
+def test_after__a_job_waits_while_its_dependency_has_not_succeeded(pg: None) -> None:
+    parent = tasks.add.enqueue(1, 2)
+
+    child = tasks.add.using(after=[parent]).enqueue(3, 4)
+
+    assert state_of(child) == (JobState.WAITING, 1)
+    assert list(Dependency.objects.values_list("job_id", "depends_on_id")) == [
+        (uuid.UUID(child.id), uuid.UUID(parent.id))
+    ]
+
+
+def test_after__a_dependency_that_already_succeeded_leaves_the_job_queued(pg: None) -> None:
+    parent = tasks.add.enqueue(1, 2)
+    succeed(claim_all())
+
+    child = tasks.add.using(after=parent.id).enqueue(3, 4)
+
+    assert state_of(child) == (JobState.QUEUED, 0)
+
+
+def test_after__takes_job_ids_results_and_rows_and_counts_each_job_once(pg: None) -> None:
+    one, two = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
+    row = Job.objects.get(id=two.id)
+
+    child = tasks.add.using(after=[one, uuid.UUID(one.id), row, two.id]).enqueue(5, 6)
+
+    assert state_of(child) == (JobState.WAITING, 2)
+
+
+def test_after__a_job_that_does_not_exist_is_refused_and_the_transaction_goes_on(
+    pg: None,
+) -> None:
+    missing = uuid.uuid4()
+    with transaction.atomic():
+        with pytest.raises(DependencyError) as error:
+            tasks.add.using(after=[missing]).enqueue(1, 2)
+        tasks.noop.enqueue()  # the caller's transaction is still usable
+    assert str(error.value) == f"after: there is no job {missing}; nothing was enqueued."
+    assert list(Job.objects.values_list("task_name", flat=True)) == ["tests.testapp.tasks.noop"]
+
+
+def test_after__a_discarded_dependency_is_refused(pg: None) -> None:
+    parent = tasks.add.enqueue(1, 2)
+    control.apply("discard", parent.id, actor="ops", note="not needed")
+
+    with pytest.raises(DependencyError, match="was discarded and can never succeed"):
+        tasks.add.using(after=[parent]).enqueue(3, 4)
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("after", "message"),
+    [
+        (["not-a-uuid"], "after[0]: 'not-a-uuid' is not a job id (a UUID)."),
+        ([12], "after[0] must be a job id, a TaskResult or a Job, not int."),
+        ([str(uuid.uuid4()) for _ in range(101)], "after names 101 jobs; at most 100 are allowed."),
+    ],
+)
+def test_after__malformed_values_are_refused_before_anything_is_written(
+    pg: None, after: Any, message: str
+) -> None:
+    with pytest.raises(InvalidJobOptionError) as error:
+        tasks.add.using(after=after).enqueue(1, 2)
+    assert str(error.value) == f"tests.testapp.tasks.add: {message}"
+    assert Job.objects.count() == 0
+
+
+def test_after__enqueue_many_refuses_it(pg: None) -> None:
+    parent = tasks.add.enqueue(1, 2)
+
+    with pytest.raises(InvalidJobOptionError, match="enqueue_many does not take after="):
+        enqueue_many(tasks.add.using(after=[parent]), [((3, 4), {})])
+    assert Job.objects.count() == 1
+
+
+# -- completion ---------------------------------------------------------------------------------
+
+
+def test_after__the_last_dependency_to_succeed_queues_the_job(
+    pg: None, completion_path: str
+) -> None:
+    first, second = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
+    child = tasks.add.using(after=[first, second]).enqueue(5, 6)
+    claimed = {str(c.job_id): c for c in claim_all()}
+
+    succeed([claimed[first.id]])
+    after_one = state_of(child)
+    succeed([claimed[second.id]])
+
+    assert (after_one, state_of(child)) == ((JobState.WAITING, 1), (JobState.QUEUED, 0))
+
+
+def test_after__a_failed_dependency_leaves_the_job_waiting_for_a_retry(
+    pg: None, run_burst: Burst
+) -> None:
+    parent = tasks.flaky.enqueue(4)  # attempts 1-3 fail: exhausted; a retry's 2nd succeeds
+    child = tasks.add.using(after=[parent]).enqueue(1, 2)
+    run_burst()
+    waiting = (state_of(parent)[0], state_of(child))
+
+    control.apply("retry", parent.id, actor="ops")
+    run_burst()
+
+    assert waiting == (JobState.EXHAUSTED, (JobState.WAITING, 1))
+    assert (state_of(parent)[0], state_of(child)) == (JobState.SUCCEEDED, (JobState.SUCCEEDED, 0))
+
+
+def test_after__chains_run_in_order_in_a_real_worker(pg: None, run_burst: Burst) -> None:
+    first = tasks.record.enqueue()
+    second = tasks.record.using(after=[first]).enqueue()
+    third = tasks.record.using(after=[second]).enqueue()
+
+    run_burst()
+
+    jobs = {str(j.id): j for j in Job.objects.all()}
+    order = sorted(jobs.values(), key=lambda j: j.started_at)
+    assert [str(j.id) for j in order] == [first.id, second.id, third.id]
+    assert {j.state for j in order} == {JobState.SUCCEEDED}
+    assert jobs[second.id].started_at >= jobs[first.id].finished_at
+
+
+def _finish_what_you_claim(results: Any) -> None:
+    connections.close_all()
+    me = WorkerIdentity(uuid.uuid4(), "proc")
+    done = 0
+    while batch := claim(DB, me, ["default"], 5, lease_seconds=30):
+        succeed(batch, me)
+        done += len(batch)
+    results.put(done)
+    connections.close_all()
+
+
+def test_after__concurrent_completions_of_a_jobs_dependencies_queue_it_exactly_once(
+    pg: None,
+) -> None:
+    children = []
+    for n in range(100):
+        left, right = tasks.add.enqueue(n, 0), tasks.add.enqueue(0, n)
+        children.append(tasks.add.using(after=[left, right], queue_name="other").enqueue(n, n))
+
+    finished = run_in_processes(_finish_what_you_claim, 4)
+
+    assert sum(finished) == 200
+    assert set(Job.objects.filter(queue="other").values_list("state", "waiting_on")) == {
+        (JobState.QUEUED, 0)
+    }
+
+
+# -- operators ----------------------------------------------------------------------------------
+
+
+def test_after__discarding_a_dependency_cancels_every_job_waiting_on_it_in_turn(pg: None) -> None:
+    parent = tasks.add.enqueue(1, 2)
+    child = tasks.add.using(after=[parent]).enqueue(3, 4)
+    grandchild = tasks.add.using(after=[child]).enqueue(5, 6)
+
+    control.apply("discard", parent.id, actor="ops", note="bad data")
+
+    assert (state_of(child)[0], state_of(grandchild)[0]) == (
+        JobState.CANCELLED,
+        JobState.CANCELLED,
+    )
+    assert list(
+        JobEvent.objects.filter(transition="dependency_discarded")
+        .order_by("at", "id")
+        .values_list("job_id", "actor", "note")
+    ) == [
+        (uuid.UUID(child.id), "ops", f"job {parent.id}, which it waited for, was discarded"),
+        (uuid.UUID(grandchild.id), "ops", f"job {child.id}, which it waited for, was discarded"),
+    ]
+
+
+def test_after__a_waiting_job_can_be_cancelled_and_its_dependency_still_runs(
+    pg: None, run_burst: Burst
+) -> None:
+    parent = tasks.add.enqueue(1, 2)
+    child = tasks.add.using(after=[parent]).enqueue(3, 4)
+
+    control.apply("cancel", child.id, actor="ops")
+    run_burst()
+
+    assert (state_of(parent)[0], state_of(child)[0]) == (JobState.SUCCEEDED, JobState.CANCELLED)
