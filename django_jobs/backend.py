@@ -33,7 +33,7 @@ from django.utils import timezone
 from . import registry
 from .bulk import Call, new_ids
 from .conf import JobsOptions
-from .dependencies import dependency_ids
+from .dependencies import dependency_ids, wait_for
 from .enqueue import DepthGauge, accept, accept_many, new_job
 from .exceptions import (
     EnqueueError,
@@ -46,6 +46,7 @@ from .models import Job
 from .payload import check_arguments
 from .results import JobResult, build, result_fields
 from .retry import Backoff, RetryPolicy
+from .states import JobState
 from .tasks import JobTask
 
 # Column widths of Job; longer values are refused instead of truncated.
@@ -112,18 +113,14 @@ class JobsBackend(BaseTaskBackend):
 
         Same transaction rules as ``enqueue``: all the jobs exist iff the
         caller's transaction commits, and workers are woken once, after it.
-        Idempotency keys are refused here (each would need its own lookup).
+        Idempotency keys are refused here (each would need its own lookup);
+        ``after=`` applies to every job of the batch (a fan-out).
         """
         self._check_task(task)
         if isinstance(task, JobTask) and task.idempotency_key is not None:
             raise InvalidJobOptionError(
                 f"{task.module_path}: enqueue_many does not take an idempotency key; "
                 "enqueue those jobs one by one."
-            )
-        if isinstance(task, JobTask) and task.after:
-            raise InvalidJobOptionError(
-                f"{task.module_path}: enqueue_many does not take after=; enqueue jobs "
-                "that wait for others one by one."
             )
         given = list(calls_given)
         if not given:
@@ -133,6 +130,10 @@ class JobsBackend(BaseTaskBackend):
             self.depth.check_room(self.db, task.queue_name, limit, len(given))
         template = self._job_template(task)
         prototype = new_job(args=[], kwargs={}, **template)
+        after = dependency_ids(task.after) if isinstance(task, JobTask) else []
+        if after:
+            # Refuses a bad dependency now; sets the state the results report.
+            wait_for(self.db, prototype, after, lock=False)
         shared = result_fields(build(task, prototype, []))
         results: list[JobResult] = []
         ids = new_ids(len(given))
@@ -161,7 +162,11 @@ class JobsBackend(BaseTaskBackend):
                 for result in results:
                     task_enqueued.send(type(self), task_result=result)
 
-        accept_many(self.db, prototype, validated(), announce)
+        accept_many(self.db, prototype, validated(), announce, after)
+        if prototype.state != shared["state"]:
+            # A dependency finished between the unlocked look and the locked one.
+            for result in results:
+                object.__setattr__(result, "state", JobState(prototype.state))
         return results
 
     def _check_task(self, task: Task[Any, Any]) -> None:

@@ -57,30 +57,41 @@ def dependency_ids(after: Iterable[Any]) -> list[uuid.UUID]:
     return list(ids)
 
 
-def check_exist(db: str, ids: Sequence[uuid.UUID]) -> None:
-    """Refuse ids that name no job, or a discarded one, before anything is written."""
-    _check(ids, dict(Job.objects.using(db).filter(id__in=ids).values_list("id", "state")))
+def wait_for(db: str, job: Job, ids: Sequence[uuid.UUID], *, lock: bool = True) -> None:
+    """Read the states of the jobs ``job`` waits for and set its first state from theirs.
 
-
-def wait_for(db: str, job: Job, ids: Sequence[uuid.UUID]) -> None:
-    """Lock the jobs ``job`` waits for and set its first state from theirs.
-
-    Raises ``DependencyError`` (nothing written) if one is missing or discarded.
-    ``job`` is not saved yet; ``add_dependencies`` writes its rows once it is.
+    Raises ``DependencyError`` if one is missing or discarded. ``job`` is not
+    saved yet (for ``enqueue_many`` it is the batch's prototype); its
+    ``Dependency`` rows are written once it is. ``lock=False`` reads without
+    locking, to refuse bad input and to tell the caller the likely state
+    before the transaction that writes, which reads again with the lock.
     """
-    states = _locked_states(db, ids)
+    if lock:
+        states = _locked_states(db, ids)
+    else:
+        states = dict(Job.objects.using(db).filter(id__in=ids).values_list("id", "state"))
     _check(ids, states)
     unmet = sum(1 for state in states.values() if state != JobState.SUCCEEDED)
-    if unmet:
-        # The new job's initial state, set before its only insert.
-        job.state = JobState.WAITING
-        job.waiting_on = unmet
+    # The new job's initial state, set before its only insert.
+    job.state = JobState.WAITING if unmet else JobState.QUEUED
+    job.waiting_on = unmet
 
 
-def add_dependencies(db: str, job: Job, ids: Sequence[uuid.UUID]) -> None:
-    Dependency.objects.using(db).bulk_create(
-        [Dependency(job_id=job.id, depends_on_id=depends_on) for depends_on in ids]
-    )
+def add_dependencies(db: str, job_ids: Sequence[uuid.UUID | str], ids: Sequence[uuid.UUID]) -> None:
+    """One row per (new job, job it waits for)."""
+    connection = connections[db]
+    if connection.vendor != "postgresql":
+        rows = [Dependency(job_id=job, depends_on_id=on) for job in job_ids for on in ids]
+        Dependency.objects.using(db).bulk_create(rows, batch_size=1000)
+        return
+    with connection.cursor() as cursor:
+        # One statement for a whole enqueue_many batch, not a model per row.
+        cursor.execute(
+            f"INSERT INTO {Dependency._meta.db_table} (job_id, depends_on_id) "
+            "SELECT job.id, depends_on.id "
+            "FROM unnest(%s::uuid[]) AS job(id) CROSS JOIN unnest(%s::uuid[]) AS depends_on(id)",
+            [[str(job) for job in job_ids], [str(on) for on in ids]],
+        )
 
 
 def _locked_states(db: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:

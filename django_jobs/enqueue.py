@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from . import pgsql
 from .bulk import Call, copy_jobs
-from .dependencies import add_dependencies, check_exist, wait_for
+from .dependencies import add_dependencies, wait_for
 from .exceptions import QueueFullError
 from .models import Job
 from .states import JobState
@@ -75,7 +75,7 @@ def _write(db: str, job: Job, after: Sequence[uuid.UUID]) -> Job:
         wait_for(db, job, after)
     job.save(using=db, force_insert=True)
     if after:
-        add_dependencies(db, job, after)
+        add_dependencies(db, [job.id], after)
     return job
 
 
@@ -154,8 +154,8 @@ def accept(
     """
     if after:
         # Bad input fails here, leaving the caller's transaction usable; the
-        # insert checks again with the rows locked.
-        check_exist(db, after)
+        # insert reads again with the rows locked.
+        wait_for(db, job, after, lock=False)
     elsewhere = open_transactions_elsewhere(db)
     if not elsewhere and not after and _one_statement(db, job):
         pgsql.insert_job(db, job, *encoded, notify=owes_notify(db, job.queue))
@@ -175,9 +175,11 @@ def accept(
         return existing
 
     def insert_later() -> None:
-        stored, created = insert(db, job, after)
+        with transaction.atomic(using=db):  # the row, its dependencies, their locks
+            stored, created = insert(db, job, after)
+            if created:
+                _wake_if_queued(db, stored)
         if created:
-            _wake_if_queued(db, stored)
             announce(stored)
 
     _after_commits(elsewhere, insert_later)
@@ -209,6 +211,7 @@ def accept_many(
     prototype: Job,
     calls: Iterator[Call],
     announce: Callable[[], None],
+    after: Sequence[uuid.UUID] = (),
 ) -> None:
     """Write a job per call in bulk, as part of the caller's transaction (see ``accept``).
 
@@ -219,29 +222,46 @@ def accept_many(
     before it, leaving the caller's transaction as it was. Otherwise every
     call is validated before anything is written. ``prototype`` carries the
     columns every job shares (see ``bulk.copy_jobs``); ``announce`` runs once
-    after the commit (it sends every job's signal).
+    after the commit (it sends every job's signal). ``after``: the jobs every
+    one of them waits for (checked, unlocked, by the caller already).
     """
     elsewhere = open_transactions_elsewhere(db)
     if connections[db].vendor == "postgresql" and not elsewhere:
         with transaction.atomic(using=db):
-            copy_jobs(db, prototype, calls)
-            _announce_many(db, prototype.queue, announce)
+            if after:
+                wait_for(db, prototype, after)
+            written: list[str] = []
+            copy_jobs(db, prototype, _recorded(calls, written) if after else calls)
+            if after:
+                add_dependencies(db, written, after)
+            _announce_many(db, prototype, announce)
         return
     validated = list(calls)
 
     def insert() -> None:
-        if connections[db].vendor == "postgresql":
-            copy_jobs(db, prototype, iter(validated))
-        else:
-            jobs = [_job_of(prototype, call) for call in validated]
-            Job.objects.using(db).bulk_create(jobs, batch_size=1000)
-        _announce_many(db, prototype.queue, announce)
+        with transaction.atomic(using=db):
+            if after:
+                wait_for(db, prototype, after)
+            if connections[db].vendor == "postgresql":
+                copy_jobs(db, prototype, iter(validated))
+            else:
+                jobs = [_job_of(prototype, call) for call in validated]
+                Job.objects.using(db).bulk_create(jobs, batch_size=1000)
+            if after:
+                add_dependencies(db, [call.id for call in validated], after)
+            _announce_many(db, prototype, announce)
 
     _after_commits(elsewhere, insert)
 
 
-def _announce_many(db: str, queue: str, announce: Callable[[], None]) -> None:
-    wake_on_commit(db, queue)
+def _recorded(calls: Iterator[Call], ids: list[str]) -> Iterator[Call]:
+    for call in calls:
+        ids.append(call.id)
+        yield call
+
+
+def _announce_many(db: str, prototype: Job, announce: Callable[[], None]) -> None:
+    _wake_if_queued(db, prototype)
     transaction.on_commit(announce, using=db, robust=True)
 
 

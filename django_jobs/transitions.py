@@ -1054,12 +1054,14 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
             changes["cancel_requested_at"] = now
         elif transition is Transition.RETRY:
             # The operator decided it should run now: its old deadline no longer holds.
+            # Nor does waiting for other jobs, for one cancelled while it waited.
             changes.update(
                 max_attempts=job.attempts + job.attempt_budget,
                 run_after=now,
                 finished_at=None,
                 cancel_requested_at=None,
                 expires_at=None,
+                waiting_on=0,
             )
         elif transition is Transition.RELEASE:
             changes.update(

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 from django.db import connections, transaction
 
-from django_jobs import DependencyError, InvalidJobOptionError, JobState, control, enqueue_many
+from django_jobs import (
+    ArgumentsNotJSONError,
+    DependencyError,
+    InvalidJobOptionError,
+    JobState,
+    control,
+    enqueue_many,
+)
 from django_jobs.models import Dependency, Job, JobEvent
 from django_jobs.signals import job_succeeded
 from django_jobs.states import AttemptOutcome
@@ -129,12 +136,35 @@ def test_after__malformed_values_are_refused_before_anything_is_written(
     assert Job.objects.count() == 0
 
 
-def test_after__enqueue_many_refuses_it(pg: None) -> None:
+def test_after__enqueue_many_makes_every_job_of_the_batch_wait(pg: None) -> None:
     parent = tasks.add.enqueue(1, 2)
 
-    with pytest.raises(InvalidJobOptionError, match="enqueue_many does not take after="):
-        enqueue_many(tasks.add.using(after=[parent]), [((3, 4), {})])
-    assert Job.objects.count() == 1
+    results = enqueue_many(tasks.add.using(after=[parent]), [((n, n), {}) for n in range(3)])
+
+    assert [r.state for r in results] == [JobState.WAITING] * 3
+    assert [state_of(r) for r in results] == [(JobState.WAITING, 1)] * 3
+    assert set(Dependency.objects.values_list("job_id", "depends_on_id")) == {
+        (uuid.UUID(r.id), uuid.UUID(parent.id)) for r in results
+    }
+
+
+def test_after__enqueue_many_with_a_bad_call_writes_neither_jobs_nor_dependencies(
+    pg: None,
+) -> None:
+    parent = tasks.add.enqueue(1, 2)
+
+    with pytest.raises(ArgumentsNotJSONError):
+        enqueue_many(tasks.add.using(after=[parent]), [((1, 1), {}), (({1},), {})])
+
+    assert (Job.objects.count(), Dependency.objects.count()) == (1, 0)
+
+
+def test_after__enqueue_many_after_a_missing_job_is_refused(pg: None) -> None:
+    missing = uuid.uuid4()
+
+    with pytest.raises(DependencyError, match=f"there is no job {missing}"):
+        enqueue_many(tasks.add.using(after=[missing]), [((1, 1), {})])
+    assert Job.objects.count() == 0
 
 
 # -- completion ---------------------------------------------------------------------------------
@@ -244,3 +274,13 @@ def test_after__a_waiting_job_can_be_cancelled_and_its_dependency_still_runs(
     run_burst()
 
     assert (state_of(parent)[0], state_of(child)[0]) == (JobState.SUCCEEDED, JobState.CANCELLED)
+
+
+def test_after__retrying_a_job_cancelled_while_it_waited_queues_it_at_once(pg: None) -> None:
+    parent = tasks.add.enqueue(1, 2)
+    child = tasks.add.using(after=[parent]).enqueue(3, 4)
+    control.apply("cancel", child.id, actor="ops")
+
+    control.apply("retry", child.id, actor="ops")
+
+    assert (state_of(parent), state_of(child)) == ((JobState.QUEUED, 0), (JobState.QUEUED, 0))

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_jobs import JobState, enqueue_many
-from django_jobs.models import Attempt, Job
+from django_jobs.models import Attempt, Dependency, Job
 from tests.testapp import tasks
 
 Burst = Callable[..., str]
@@ -93,3 +93,13 @@ def test_sqlite__a_job_enqueued_after_another_runs_once_it_has_succeeded(
         JobState.SUCCEEDED,
     )
     assert jobs[second.id].started_at >= jobs[first.id].finished_at
+
+
+def test_sqlite__enqueue_many_after_a_job_writes_waiting_jobs_and_their_dependencies() -> None:
+    parent = tasks.add.using(backend="sqlite").enqueue(1, 2)
+
+    results = enqueue_many(tasks.add.using(backend="sqlite", after=[parent]), [((3, 4), {})] * 2)
+
+    jobs = Job.objects.using("sqlite")
+    assert [jobs.get(id=r.id).state for r in results] == [JobState.WAITING] * 2
+    assert Dependency.objects.using("sqlite").count() == 2
