@@ -248,7 +248,14 @@ WITH report AS (
     ) AS met
     WHERE waiting.id = met.job_id
       AND waiting.state IN ({_states(Transition.DEPENDENCIES_MET)})
-    RETURNING waiting.id
+    RETURNING waiting.queue, waiting.state
+), woken AS (
+    -- The queues of the jobs just queued: their workers are woken at the
+    -- commit, like an enqueue's (wakeup.py). Read by the last column below,
+    -- since a plain SELECT in WITH runs only if something reads it.
+    SELECT pg_notify('{CHANNEL}', queue)
+    FROM (SELECT DISTINCT queue FROM released
+          WHERE state = '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}') AS queued
 ), attempt AS (
     UPDATE django_jobs_attempt AS attempt
     SET outcome = 'succeeded', finished_at = now()
@@ -261,7 +268,7 @@ WITH report AS (
     WHERE id = %(worker_id)s
     RETURNING id
 )
-SELECT ended.job_id, ended.token, job.id IS NOT NULL
+SELECT ended.job_id, ended.token, job.id IS NOT NULL, (SELECT count(*) FROM woken)
 FROM ended LEFT JOIN job ON job.id = ended.job_id
 """
 

@@ -810,8 +810,8 @@ def _complete_postgresql(
     rows = pgsql.fetch(db, pgsql.COMPLETE, params, prepare=prepare)  # one statement: atomic
     # The statement ends only leases whose job it then updates; anything else
     # would be a write that bypassed this module.
-    assert all(updated for _, _, updated in rows), "a lease ended without its job"
-    return {(job_id, token) for job_id, token, _ in rows}
+    assert all(row[2] for row in rows), "a lease ended without its job"
+    return {(job_id, token) for job_id, token, *_ in rows}
 
 
 def _retry_at(

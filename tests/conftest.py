@@ -91,6 +91,21 @@ def run_in_processes(target: Callable[[Any], None], count: int) -> list[Any]:
     return out
 
 
+def listen_for_wakeups() -> Any:
+    """A connection of its own that LISTENs on the channel workers are woken on.
+
+    Use it as a context manager; ``.notifies(timeout=...)`` yields what arrived.
+    """
+    import psycopg
+
+    from django_jobs.wakeup import CHANNEL
+
+    params = connections["default"].get_connection_params()
+    conn = psycopg.connect(**params, autocommit=True)
+    conn.execute(f"LISTEN {CHANNEL}")
+    return conn
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout

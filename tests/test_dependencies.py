@@ -21,7 +21,7 @@ from django_jobs.models import Dependency, Job, JobEvent
 from django_jobs.signals import job_succeeded
 from django_jobs.states import AttemptOutcome
 from django_jobs.transitions import Claimed, Report, WorkerIdentity, claim, finish
-from tests.conftest import run_in_processes
+from tests.conftest import listen_for_wakeups, run_in_processes
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
@@ -182,6 +182,20 @@ def test_after__the_last_dependency_to_succeed_queues_the_job(
     succeed([claimed[second.id]])
 
     assert (after_one, state_of(child)) == ((JobState.WAITING, 1), (JobState.QUEUED, 0))
+
+
+def test_after__the_success_that_queues_a_job_wakes_its_queues_workers_at_commit(
+    pg: None, completion_path: str
+) -> None:
+    parent = tasks.add.enqueue(1, 2)
+    tasks.add.using(after=[parent], queue_name="other").enqueue(3, 4)
+    claimed = claim_all()
+
+    with listen_for_wakeups() as listener:
+        succeed(claimed)
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+
+    assert notes == ["other"]
 
 
 def test_after__a_failed_dependency_leaves_the_job_waiting_for_a_retry(

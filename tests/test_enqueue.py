@@ -30,7 +30,7 @@ from django_jobs import (
 )
 from django_jobs.models import Job
 from django_jobs.results import JobResult
-from django_jobs.wakeup import CHANNEL
+from tests.conftest import listen_for_wakeups
 from tests.testapp import tasks
 from tests.testapp.models import Order
 
@@ -211,15 +211,8 @@ def test_enqueue__jobs_in_another_database_vanish_with_a_business_rollback() -> 
     assert job_count("sqlite") == 0
 
 
-def _listen() -> psycopg.Connection[Any]:
-    params = connections["default"].get_connection_params()
-    conn = psycopg.connect(**params, autocommit=True)
-    conn.execute(f"LISTEN {CHANNEL}")
-    return conn
-
-
 def test_enqueue__wakes_workers_once_per_commit(pg: None) -> None:
-    with _listen() as listener, CaptureQueriesContext(connections["default"]) as queries:
+    with listen_for_wakeups() as listener, CaptureQueriesContext(connections["default"]) as queries:
         with transaction.atomic():
             for n in range(5):
                 tasks.add.enqueue(n, n)
@@ -231,7 +224,7 @@ def test_enqueue__wakes_workers_once_per_commit(pg: None) -> None:
 
 
 def test_enqueue__rollback_wakes_nobody_and_the_next_commit_does(pg: None) -> None:
-    with _listen() as listener:
+    with listen_for_wakeups() as listener:
         with pytest.raises(RuntimeError), transaction.atomic():
             tasks.add.enqueue(1, 1)
             raise RuntimeError
@@ -242,7 +235,7 @@ def test_enqueue__rollback_wakes_nobody_and_the_next_commit_does(pg: None) -> No
 
 
 def test_enqueue__wakes_nobody_before_the_commit(pg: None) -> None:
-    with _listen() as listener:
+    with listen_for_wakeups() as listener:
         with transaction.atomic():
             tasks.add.enqueue(1, 1)
             before = [n.payload for n in listener.notifies(timeout=0.3)]
@@ -251,7 +244,7 @@ def test_enqueue__wakes_nobody_before_the_commit(pg: None) -> None:
 
 
 def test_enqueue__a_savepoint_rollback_does_not_swallow_the_wake_of_later_jobs(pg: None) -> None:
-    with _listen() as listener:
+    with listen_for_wakeups() as listener:
         with transaction.atomic():
             with pytest.raises(RuntimeError), transaction.atomic():
                 tasks.add.enqueue(1, 1)
@@ -262,14 +255,14 @@ def test_enqueue__a_savepoint_rollback_does_not_swallow_the_wake_of_later_jobs(p
 
 
 def test_enqueue__outside_a_transaction_still_wakes_workers(pg: None) -> None:
-    with _listen() as listener:
+    with listen_for_wakeups() as listener:
         tasks.add.enqueue(1, 1)
         notes = [n.payload for n in listener.notifies(timeout=0.5)]
     assert (notes, job_count()) == (["default"], 1)
 
 
 def test_enqueue__outside_a_transaction_is_one_statement_that_commits(pg: None) -> None:
-    with _listen() as listener, CaptureQueriesContext(connections["default"]) as queries:
+    with listen_for_wakeups() as listener, CaptureQueriesContext(connections["default"]) as queries:
         result = tasks.add.enqueue(1, 2)
         notes = [n.payload for n in listener.notifies(timeout=0.5)]
     with psycopg.connect(**connections["default"].get_connection_params()) as other:
@@ -414,7 +407,7 @@ def test_enqueue_many__refuses_idempotency_keys(pg: None) -> None:
 
 
 def test_enqueue_many__wakes_workers_once(pg: None) -> None:
-    with _listen() as listener:
+    with listen_for_wakeups() as listener:
         enqueue_many(tasks.add, [((n, n), {}) for n in range(50)])
         notes = [n.payload for n in listener.notifies(timeout=0.5)]
     assert notes == ["default"]
