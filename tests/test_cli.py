@@ -17,7 +17,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_jobs import control
-from django_jobs.models import Attempt, Job, JobEvent
+from django_jobs.models import Attempt, Job, JobEvent, QueueEvent, QueueState
 from django_jobs.states import AttemptOutcome, JobState
 from tests.conftest import ROOT
 
@@ -457,6 +457,7 @@ def test_stats__counts_by_state_per_queue_with_backlog_age_and_last_hour(pg: Non
         "OLDEST-READY",
         "SUCCEEDED-1H",
         "FAILED-1H",
+        "PAUSED",
     ]
     assert rows["default"] == {
         **{state.upper(): "0" for state in JobState.values},
@@ -468,6 +469,7 @@ def test_stats__counts_by_state_per_queue_with_backlog_age_and_last_hour(pg: Non
         "OLDEST-READY": "5m",
         "SUCCEEDED-1H": "1",
         "FAILED-1H": "0",
+        "PAUSED": "no",
     }
     assert rows["other"] == {
         **{state.upper(): "0" for state in JobState.values},
@@ -477,8 +479,53 @@ def test_stats__counts_by_state_per_queue_with_backlog_age_and_last_hour(pg: Non
         "OLDEST-READY": "-",
         "SUCCEEDED-1H": "0",
         "FAILED-1H": "1",
+        "PAUSED": "no",
     }
     assert summary.startswith("1 job(s) running or cancelling; workers: 0 live, 0 stale")
+
+
+# -- pause and resume ---------------------------------------------------------------
+
+
+def test_pause__stops_claims_from_the_queue_and_records_who_and_why(pg: None) -> None:
+    out, _ = jobs("pause", "other", "--note", "supplier API down", "--actor", "ops:ann")
+
+    stats, _ = jobs("stats")
+    assert out == "other  paused\n"
+    assert QueueState.objects.get(queue="other").paused is True
+    assert list(QueueEvent.objects.values_list("queue", "action", "actor", "note")) == [
+        ("other", "pause", "ops:ann", "supplier API down")
+    ]
+    assert [line.split()[-1] for line in stats.splitlines() if line.startswith("other ")] == ["yes"]
+
+
+def test_pause__a_paused_queue_stays_paused_and_nothing_is_recorded(pg: None) -> None:
+    jobs("pause", "other")
+
+    out, _ = jobs("pause", "other")
+
+    assert out == "other  already paused; nothing changed\n"
+    assert QueueEvent.objects.count() == 1
+
+
+def test_resume__lets_workers_claim_again(pg: None) -> None:
+    jobs("pause", "other")
+
+    out, _ = jobs("resume", "other", "--note", "supplier back")
+
+    assert out == "other  resumed\n"
+    assert QueueState.objects.get(queue="other").paused is False
+    assert list(QueueEvent.objects.order_by("at", "id").values_list("action", "note")) == [
+        ("pause", ""),
+        ("resume", "supplier back"),
+    ]
+
+
+def test_pause__an_unknown_queue_is_refused_and_nothing_is_recorded(pg: None) -> None:
+    error, _, _ = jobs_failing("pause", "nope")
+
+    assert error == "Unknown queue 'nope'; the queues are default, other. Nothing was changed."
+    assert (QueueState.objects.count(), QueueEvent.objects.count()) == (0, 0)
 
 
 # -- prune --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from django_jobs.cli import render
 from django_jobs.cli.arguments import non_negative_float, positive_float, positive_int
 from django_jobs.cli.stats import queue_stats, worker_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError, NotAJobsBackendError
-from django_jobs.models import Attempt, Job, JobEvent
+from django_jobs.models import Attempt, Job, JobEvent, QueueState
 from django_jobs.states import TRANSITIONS, VERBS, JobState
 from django_jobs.tasks import JobTask
 
@@ -166,6 +166,17 @@ class Command(BaseCommand):
                 default="",
                 help="Why; kept in the job's audit trail" + (" (required)." if required else "."),
             )
+            sub.add_argument(
+                "--actor", help="Who acts, for the audit trail (default: cli:<os user>)."
+            )
+
+        for verb, text in (
+            ("pause", "Stop every worker from claiming jobs of a queue; running jobs finish."),
+            ("resume", "Let workers claim jobs of a paused queue again."),
+        ):
+            sub = add(verb, text)
+            sub.add_argument("queue", metavar="QUEUE", help="The queue's name.")
+            sub.add_argument("--note", default="", help="Why; kept in the queue's audit trail.")
             sub.add_argument(
                 "--actor", help="Who acts, for the audit trail (default: cli:<os user>)."
             )
@@ -378,6 +389,9 @@ class Command(BaseCommand):
         now = timezone.now()
         stats = queue_stats(Job.objects.using(backend.db), backend.queues, now)
         states = list(JobState.values)
+        paused = set(
+            QueueState.objects.using(backend.db).filter(paused=True).values_list("queue", flat=True)
+        )
         self.stdout.write(
             render.table(
                 (
@@ -387,6 +401,7 @@ class Command(BaseCommand):
                     "OLDEST-READY",
                     "SUCCEEDED-1H",
                     "FAILED-1H",
+                    "PAUSED",
                 ),
                 (
                     (
@@ -396,6 +411,7 @@ class Command(BaseCommand):
                         render.age(q.oldest_ready) if q.oldest_ready is not None else "-",
                         str(q.succeeded_last_hour),
                         str(q.failed_last_hour),
+                        "yes" if q.queue in paused else "no",
                     )
                     for q in stats
                 ),
@@ -410,6 +426,30 @@ class Command(BaseCommand):
         )
 
     # -- writing ------------------------------------------------------------
+
+    def _pause(self, backend: JobsBackend, options: dict[str, Any]) -> None:
+        self._set_paused(backend, options, paused=True)
+
+    def _resume(self, backend: JobsBackend, options: dict[str, Any]) -> None:
+        self._set_paused(backend, options, paused=False)
+
+    def _set_paused(self, backend: JobsBackend, options: dict[str, Any], *, paused: bool) -> None:
+        queue: str = options["queue"]
+        change = control.pause_queue if paused else control.resume_queue
+        try:
+            changed = change(
+                queue,
+                actor=options["actor"] or default_actor(),
+                note=options["note"],
+                backend=backend.alias,
+            )
+        except ValueError as exc:  # an unknown queue, or a blank actor
+            raise CommandError(f"{exc} Nothing was changed.") from None
+        if changed:
+            self.stdout.write(f"{queue}  {'paused' if paused else 'resumed'}")
+        else:
+            state = "paused" if paused else "not paused"
+            self.stdout.write(f"{queue}  already {state}; nothing changed")
 
     def _enqueue(self, backend: JobsBackend, options: dict[str, Any]) -> None:
         name: str = options["task_name"]
