@@ -33,7 +33,7 @@ from typing import Any
 from . import transitions
 from .backend import jobs_backend
 from .exceptions import InvalidTransitionError, JobNotFoundError
-from .models import Job
+from .models import Job, QueueState
 from .states import VERBS, Transition
 
 JobRef = Job | uuid.UUID | str
@@ -161,5 +161,13 @@ def _set_paused(queue: str, paused: bool, actor: Any, note: str, alias: str) -> 
     if backend.queues and queue not in backend.queues:
         raise ValueError(
             f"Unknown queue {queue!r}; the queues are {', '.join(sorted(backend.queues))}."
+        )
+    # With QUEUES = [] any name is a queue, but not one the table cannot hold:
+    # that would be a database error, not a refusal.
+    longest = QueueState._meta.get_field("queue").max_length or 0
+    if len(queue) > longest or "\x00" in queue:
+        raise ValueError(
+            f"{queue!r} cannot be a queue: a queue name has at most {longest} "
+            "characters and no NUL."
         )
     return transitions.set_queue_paused(backend.db, queue, paused, actor_name(actor), note.strip())

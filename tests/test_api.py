@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,10 +19,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from django_jobs import control
 from django_jobs.api import conf
 from django_jobs.api.permissions import Action, DefaultAuthority
 from django_jobs.exceptions import NotAJobsBackendError
-from django_jobs.models import Attempt, Dependency, Job, JobEvent, Worker
+from django_jobs.models import Attempt, Dependency, Job, JobEvent, QueueEvent, QueueState, Worker
 from django_jobs.states import AttemptOutcome, JobState
 
 pytestmark = [pytest.mark.postgres, pytest.mark.urls("tests.api_urls")]
@@ -94,7 +95,8 @@ def client_for(user: User | None) -> APIClient:
 def operator(db: None) -> APIClient:
     """A staff user holding every django_jobs permission."""
     perms = ["view_job", "view_worker", "cancel_job", "retry_job", "quarantine_job"]
-    return client_for(make_user("op", staff=True, perms=[*perms, "release_job", "discard_job"]))
+    perms += ["release_job", "discard_job", "pause_queue"]
+    return client_for(make_user("op", staff=True, perms=perms))
 
 
 # -- the authority matrix ---------------------------------------------------------
@@ -539,6 +541,145 @@ def test_queues__count_only_the_jobs_the_user_may_see(db: None) -> None:
     assert body["default"]["depth"]["queued"] == 2
     assert client_for(None).get(f"{URL}queues/").status_code == 403
     assert client_for(make_user("alice")).get(f"{URL}queues/", {"x": "1"}).status_code == 400
+
+
+def test_queues__show_which_are_paused(operator: APIClient) -> None:
+    control.pause_queue("other", actor="ops")
+    body = {row["queue"]: row["paused"] for row in operator.get(f"{URL}queues/").json()}
+    assert body == {"default": False, "other": True}
+
+
+# -- pausing and resuming queues ---------------------------------------------------------
+
+
+def queue_url(queue: str, verb: str) -> str:
+    return f"{URL}queues/{queue}/{verb}/"
+
+
+def test_queue_pause__then_resume_records_the_user_and_note(operator: APIClient) -> None:
+    paused = operator.post(queue_url("other", "pause"), {"note": "provider down"}, format="json")
+    resumed = operator.post(queue_url("other", "resume"))
+
+    events = list(QueueEvent.objects.order_by("at", "id"))
+    assert [(e.queue, e.action, e.actor, e.note) for e in events] == [
+        ("other", "pause", "op", "provider down"),
+        ("other", "resume", "op", ""),
+    ]
+    assert (paused.status_code, resumed.status_code) == (200, 200)
+    bodies = [
+        {**r.json(), "changed_at": datetime.fromisoformat(r.json()["changed_at"])}
+        for r in (paused, resumed)
+    ]
+    shared = {"queue": "other", "changed": True, "changed_by": "op"}
+    assert bodies == [
+        {**shared, "paused": True, "changed_at": events[0].at, "note": "provider down"},
+        {**shared, "paused": False, "changed_at": events[1].at, "note": ""},
+    ]
+    assert QueueState.objects.get(queue="other").paused is False
+
+
+def test_queue_pause__of_a_paused_queue_changes_nothing(operator: APIClient) -> None:
+    control.pause_queue("other", actor="ops", note="maintenance")
+
+    response = operator.post(queue_url("other", "pause"), {"note": "again"}, format="json")
+
+    assert response.status_code == 200
+    event = QueueEvent.objects.get()  # the set-up's pause, and no other
+    body = {**response.json(), "changed_at": datetime.fromisoformat(response.json()["changed_at"])}
+    assert body == {
+        "queue": "other",
+        "paused": True,
+        "changed": False,
+        "changed_at": event.at,
+        "changed_by": "ops",
+        "note": "maintenance",
+    }
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_queue_pause__an_unknown_queue_is_404_naming_the_queues(
+    operator: APIClient, verb: str
+) -> None:
+    response = operator.post(queue_url("nope", verb), {"note": "x"}, format="json")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Unknown queue 'nope'; the queues are default, other."}
+    assert not QueueState.objects.exists()
+    assert not QueueEvent.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["x" * 101, "a%00b"])
+def test_queue_pause__without_configured_queues_a_name_no_queue_can_have_is_404(
+    operator: APIClient, settings: Any, name: str
+) -> None:
+    settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "QUEUES": []}}
+
+    response = operator.post(queue_url(name, "pause"))
+
+    assert response.status_code == 404
+    assert "cannot be a queue" in response.json()["detail"]
+    assert not QueueState.objects.exists()
+
+
+# Who may pause: staff holding django_jobs.pause_queue, as in the admin. A queue
+# serves every tenant, so a tenant scope never grants it, permission or not.
+PAUSERS: dict[str, tuple[Callable[[], User | None], int]] = {
+    "anonymous": (lambda: None, 403),
+    "tenant A user": (lambda: make_user("alice"), 403),
+    "tenant A user with pause_queue, not staff": (
+        lambda: make_user("alice", perms=["pause_queue"]),
+        403,
+    ),
+    "staff, no permission": (lambda: make_user("dave", staff=True), 403),
+    "staff with every job permission": (
+        lambda: make_user("erin", staff=True, perms=["view_job", *(f"{v}_job" for v in VERBS)]),
+        403,
+    ),
+    "staff with pause_queue": (lambda: make_user("op", staff=True, perms=["pause_queue"]), 200),
+}
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+@pytest.mark.parametrize("who", list(PAUSERS))
+def test_queue_pause__needs_staff_with_the_pause_queue_permission(
+    db: None, who: str, verb: str
+) -> None:
+    make_user_or_none, expected = PAUSERS[who]
+    if verb == "resume":
+        control.pause_queue("other", actor="ops")
+    client = client_for(make_user_or_none())
+
+    response = client.post(queue_url("other", verb), {"note": "why"}, format="json")
+
+    assert response.status_code == expected, response.content
+    allowed = expected == 200
+    paused_now = QueueState.objects.filter(queue="other", paused=True).exists()
+    assert paused_now == ((verb == "pause") == allowed), "only an allowed call changes the queue"
+    assert QueueEvent.objects.count() == (verb == "resume") + allowed
+    if not allowed:
+        assert list(response.json()) == ["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"note": 5}, "note"),
+        ({"note": ["why"]}, "note"),
+        ({"note": None}, "note"),
+        ({"note": "x" * 2001}, "note"),
+        ({"note": "a\x00b"}, "note"),
+        (["why"], "non_field_errors"),
+    ],
+)
+def test_queue_pause__a_malformed_note_is_400_naming_the_field(
+    operator: APIClient, body: Any, field: str
+) -> None:
+    response = operator.post(queue_url("other", "pause"), body, format="json")
+
+    assert response.status_code == 400
+    assert list(response.json()) == [field]
+    assert not QueueState.objects.exists()
+    assert not QueueEvent.objects.exists()
 
 
 def test_workers__list_who_is_alive(operator: APIClient) -> None:

@@ -89,6 +89,8 @@ def test_fuzz__no_request_the_schema_allows_or_breaks_makes_a_5xx(pg: None, sett
         schema.as_strategy(GenerationMode.NEGATIVE),
         # Random ids are all 404s; these reach the verbs and the detail view.
         *(schema.as_strategy(path_parameters={"id": str(job.id)}) for job in jobs[::3]),
+        # Random queue names too; this one pauses and resumes a configured queue.
+        schema.as_strategy(path_parameters={"name": "other"}),
     )
 
     seen: Counter[int] = Counter()

@@ -17,6 +17,10 @@ Name another policy with ``DJANGO_JOBS_API["AUTHORITY_POLICY"]`` (a subclass of
 * staff users holding the matching Django permission (``django_jobs.view_job``
   to read, ``django_jobs.cancel_job`` ... ``discard_job`` to act,
   ``django_jobs.view_worker`` for the worker list) see and act on every job;
+* the operator actions — the worker list, and pausing or resuming a queue
+  (``django_jobs.pause_queue``, the admin dashboard's permission) — are for
+  those staff users only: a queue serves every tenant, so no tenant scope
+  grants them;
 * every other authenticated user — including staff without that permission —
   sees and acts only on jobs whose ``tenant`` is one of theirs, as returned by
   the ``DJANGO_JOBS_API["TENANTS_FOR_USER"]`` hook (default: no tenants, so
@@ -53,9 +57,13 @@ class Action(StrEnum):
     DISCARD = "discard"
     # The worker list shows hosts and pids: operational detail, not a tenant's business.
     VIEW_WORKERS = "view_workers"
+    # Pausing a queue stops it for every tenant, so no tenant may do it.
+    PAUSE_QUEUE = "pause_queue"
 
 
-JOB_ACTIONS = frozenset(set(Action) - {Action.VIEW_WORKERS})
+#: Actions on the whole system rather than on jobs: no tenant scope grants them.
+OPERATOR_ACTIONS = frozenset({Action.VIEW_WORKERS, Action.PAUSE_QUEUE})
+JOB_ACTIONS = frozenset(set(Action) - OPERATOR_ACTIONS)
 VERBS = (Action.CANCEL, Action.RETRY, Action.QUARANTINE, Action.RELEASE, Action.DISCARD)
 
 
@@ -115,6 +123,7 @@ class DefaultAuthority(Authority):
         Action.RELEASE: "django_jobs.release_job",
         Action.DISCARD: "django_jobs.discard_job",
         Action.VIEW_WORKERS: "django_jobs.view_worker",
+        Action.PAUSE_QUEUE: "django_jobs.pause_queue",
     }
     #: What a user may do to the jobs of their own tenants. Narrow it in a
     #: subclass, e.g. ``frozenset({Action.VIEW, Action.CANCEL})``, to keep
@@ -137,7 +146,7 @@ class DefaultAuthority(Authority):
         return tenants_of(request)
 
     def has_permission(self, request: Request, action: Action) -> bool:
-        if action is Action.VIEW_WORKERS:
+        if action in OPERATOR_ACTIONS:
             return self.is_operator(request, action)
         return bool(request.user is not None and request.user.is_authenticated)
 

@@ -22,8 +22,9 @@ SETTINGS: dict[str, Any] = {
     "TITLE": TITLE,
     "DESCRIPTION": (
         "Job status and repair for django-jobs: jobs, their attempts and audit trail, "
-        "queue statistics, workers, and the operator verbs. Who may see and do what is "
-        "decided by the configured authority policy; a job outside your scope answers 404."
+        "queue statistics, workers, the operator verbs, and queue pause and resume. Who may "
+        "see and do what is decided by the configured authority policy; a job outside your "
+        "scope answers 404."
     ),
     "VERSION": "1",
     "PREPROCESSING_HOOKS": ["django_jobs.api.schema.only_django_jobs"],

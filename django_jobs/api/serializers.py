@@ -197,14 +197,21 @@ class JobDetailSerializer(JobSerializer):
         return [str(a.worker_id) for a in job.attempt_set.all() if a.worker_id]
 
 
-class ActionSerializer(serializers.Serializer[Any]):
-    note = serializers.CharField(
+def optional_note(
+    audit_trail: str, field: type[serializers.CharField] = serializers.CharField
+) -> serializers.CharField:
+    """The optional ``note`` of a verb's body, kept in ``audit_trail``."""
+    return field(
         required=False,
         allow_blank=True,
         max_length=NOTE_MAX_LENGTH,
         default="",
-        help_text="Why; kept in the job's audit trail.",
+        help_text=f"Why; kept in {audit_trail}.",
     )
+
+
+class ActionSerializer(serializers.Serializer[Any]):
+    note = optional_note("the job's audit trail")
 
 
 class NoteRequiredActionSerializer(serializers.Serializer[Any]):
@@ -250,6 +257,36 @@ class QueueStatsSerializer(serializers.Serializer[Any]):
     )
     succeeded_last_hour = serializers.IntegerField()
     failed_last_hour = serializers.IntegerField(help_text="Ended failed or exhausted.")
+    paused = serializers.BooleanField(help_text="Workers claim nothing from it until resumed.")
+
+
+class StringField(serializers.CharField):
+    """A ``CharField`` that takes a string only: DRF's turns ``5`` into ``"5"``."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        value: str = super().to_internal_value(data)
+        return value
+
+
+class QueueActionSerializer(serializers.Serializer[Any]):
+    note = optional_note("the queue's audit trail", StringField)
+
+
+class QueueStateSerializer(serializers.Serializer[Any]):
+    """A queue after a pause or resume, and the last recorded change of it."""
+
+    queue = serializers.CharField()
+    paused = serializers.BooleanField(help_text="Workers claim nothing from it until resumed.")
+    changed = serializers.BooleanField(
+        help_text="False when the queue already was paused (or running): nothing was recorded."
+    )
+    changed_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it was last paused or resumed; null if never."
+    )
+    changed_by = serializers.CharField(allow_null=True, help_text="Who did that.")
+    note = serializers.CharField(allow_null=True, allow_blank=True, help_text="Why, as they said.")
 
 
 class WorkerSerializer(serializers.ModelSerializer[Worker]):

@@ -3,7 +3,8 @@
     path("api/jobs/", include("django_jobs.api.urls"))
 
 gives ``api/jobs/`` (list), ``api/jobs/<id>/`` (detail),
-``api/jobs/<id>/<verb>/`` (POST), ``api/jobs/queues/``, ``api/jobs/workers/``
+``api/jobs/<id>/<verb>/`` (POST), ``api/jobs/queues/``,
+``api/jobs/queues/<name>/pause/`` and ``.../resume/`` (POST), ``api/jobs/workers/``
 and ``api/jobs/schema/`` (OpenAPI 3). Importing this module validates
 ``DJANGO_JOBS_API``, so a broken setting fails at start-up.
 """
@@ -15,7 +16,7 @@ from rest_framework.routers import SimpleRouter
 
 from .conf import api_settings
 from .schema import SchemaView
-from .views import JobViewSet, QueueStatsView, WorkerViewSet
+from .views import JobViewSet, QueuePauseView, QueueResumeView, QueueStatsView, WorkerViewSet
 
 app_name = "django_jobs_api"
 
@@ -27,6 +28,8 @@ router.register("", JobViewSet, basename="job")
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("queues/", QueueStatsView.as_view(), name="queues"),
+    path("queues/<str:name>/pause/", QueuePauseView.as_view(), name="queue-pause"),
+    path("queues/<str:name>/resume/", QueueResumeView.as_view(), name="queue-resume"),
     path("schema/", SchemaView.as_view(), name="schema"),
     *router.urls,
 ]

@@ -1,9 +1,11 @@
-"""The endpoints: jobs (list, detail, the operator verbs), queue statistics, workers.
+"""The endpoints: jobs (list, detail, the operator verbs), queues (statistics, pause
+and resume), workers.
 
 Reads go through the authority policy's ``filter_jobs``, so a job the user may
 not see is simply absent: 404 on its URL, missing from lists and statistics.
-Writes go through ``django_jobs.control.apply`` and nothing else, so every
-change is a guarded transition with an audit record naming the user.
+Writes go through ``django_jobs.control`` (``apply``, ``pause_queue``,
+``resume_queue``) and nothing else, so every change is a guarded transition
+with an audit record naming the user.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -28,7 +30,7 @@ from django_jobs import control
 from django_jobs.backend import jobs_backend
 from django_jobs.cli.stats import queue_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
-from django_jobs.models import Attempt, Job, Worker, leases_held
+from django_jobs.models import Attempt, Job, QueueEvent, QueueState, Worker, leases_held
 from django_jobs.states import TRANSITIONS, JobState, django_status
 
 from .conf import api_settings
@@ -40,6 +42,8 @@ from .serializers import (
     ErrorSerializer,
     JobDetailSerializer,
     JobSerializer,
+    QueueActionSerializer,
+    QueueStateSerializer,
     QueueStatsSerializer,
     WorkerSerializer,
     action_serializer,
@@ -234,6 +238,11 @@ class QueueStatsView(APIView):
         jobs = settings.authority.filter_jobs(request, Action.VIEW, _jobs())
         now = timezone.now()
         backend = jobs_backend(settings.backend)
+        paused = set(
+            QueueState.objects.using(settings.database)
+            .filter(paused=True)
+            .values_list("queue", flat=True)
+        )
         # The same numbers as `manage.py jobs stats`, over the jobs this caller may see.
         data = [
             {
@@ -247,10 +256,97 @@ class QueueStatsView(APIView):
                 else max(0.0, stats.oldest_ready.total_seconds()),
                 "succeeded_last_hour": stats.succeeded_last_hour,
                 "failed_last_hour": stats.failed_last_hour,
+                "paused": stats.queue in paused,
             }
             for stats in queue_stats(jobs, backend.queues or (), now)
         ]
         return Response(QueueStatsSerializer(data, many=True).data)
+
+
+def _queue_verb(pause: bool) -> Any:
+    """The POST handler of pause (or resume), with its own schema."""
+    verb = "pause" if pause else "resume"
+
+    def post(self: QueuePauseView, request: Request, name: str) -> Response:
+        return self.set_paused(request, name, pause)
+
+    return extend_schema(
+        operation_id=f"queues_{verb}",
+        tags=["queues"],
+        summary=f"{verb.capitalize()} a queue",
+        description=_QUEUE_VERB_HELP[verb],
+        parameters=[
+            OpenApiParameter(
+                "name",
+                str,
+                OpenApiParameter.PATH,
+                description="The queue: one of the backend's QUEUES.",
+            )
+        ],
+        request=QueueActionSerializer,
+        responses={
+            200: QueueStateSerializer,
+            400: _BAD_INPUT,
+            403: _DENIED,
+            404: OpenApiResponse(ErrorSerializer, description="No such queue."),
+        },
+    )(_spectacular(post))
+
+
+_QUEUE_VERB_HELP = {
+    "pause": "Stop every worker from claiming the queue's jobs, for every tenant; "
+    "running jobs finish. `changed` is false, and nothing is recorded, if it already was paused.",
+    "resume": "Let workers claim the queue's jobs again. `changed` is false, and nothing "
+    "is recorded, if it was not paused.",
+}
+
+
+class QueuePauseView(APIView):
+    """Pause a queue, through ``control.pause_queue``; audited as a QueueEvent."""
+
+    schema = AutoSchema()
+    permission_classes = [AuthorityPermission]
+    # A queue serves every tenant: only an operator may stop it (never a tenant scope).
+    authority_action = Action.PAUSE_QUEUE
+
+    post = _queue_verb(pause=True)
+
+    def set_paused(self, request: Request, name: str, pause: bool) -> Response:
+        settings = api_settings()
+        serializer = QueueActionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            actor = control.actor_name(request.user)
+        except ValueError as exc:
+            raise ValidationError({"non_field_errors": [str(exc)]}) from exc
+        verb = control.pause_queue if pause else control.resume_queue
+        try:
+            changed = verb(
+                name, actor=actor, note=serializer.validated_data["note"], backend=settings.backend
+            )
+        except ValueError as exc:  # the only one left: not one of the backend's QUEUES
+            return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
+        db = settings.database
+        body: dict[str, Any] = {
+            "queue": name,
+            "paused": QueueState.objects.using(db).filter(queue=name, paused=True).exists(),
+            "changed": changed,
+            "changed_at": None,
+            "changed_by": None,
+            "note": None,
+        }
+        # The audit trail, not QueueState's columns: a resume of a queue never
+        # paused writes a QueueState row naming its caller, though nothing changed.
+        last = QueueEvent.objects.using(db).filter(queue=name).first()  # newest first
+        if last is not None:
+            body.update(changed_at=last.at, changed_by=last.actor, note=last.note)
+        return Response(QueueStateSerializer(body).data)
+
+
+class QueueResumeView(QueuePauseView):
+    """Resume a paused queue, through ``control.resume_queue``; audited as a QueueEvent."""
+
+    post = _queue_verb(pause=False)
 
 
 class WorkerPagination(StrictCursorPagination):
