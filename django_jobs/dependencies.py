@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections
+from django.db.models import QuerySet
 
 from .exceptions import DependencyError
 from .models import Dependency, Job
@@ -66,10 +67,7 @@ def wait_for(db: str, job: Job, ids: Sequence[uuid.UUID], *, lock: bool = True) 
     locking, to refuse bad input and to tell the caller the likely state
     before the transaction that writes, which reads again with the lock.
     """
-    if lock:
-        states = _locked_states(db, ids)
-    else:
-        states = dict(Job.objects.using(db).filter(id__in=ids).values_list("id", "state"))
+    states = _states(db, ids, lock=lock)
     _check(ids, states)
     unmet = sum(1 for state in states.values() if state != JobState.SUCCEEDED)
     # The new job's initial state, set before its only insert.
@@ -94,9 +92,25 @@ def add_dependencies(db: str, job_ids: Sequence[uuid.UUID | str], ids: Sequence[
         )
 
 
-def _locked_states(db: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+def waits_for(job: Job) -> QuerySet[Job]:
+    """The jobs ``job`` was enqueued after, oldest first (the admin, the API, ``jobs show``)."""
+    return (
+        Job.objects.using(job._state.db).filter(dependents__job=job).order_by("enqueued_at", "id")
+    )
+
+
+def waited_for_by(job: Job) -> QuerySet[Job]:
+    """The jobs enqueued after ``job``, oldest first."""
+    return (
+        Job.objects.using(job._state.db)
+        .filter(dependencies__depends_on=job)
+        .order_by("enqueued_at", "id")
+    )
+
+
+def _states(db: str, ids: Sequence[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, str]:
     connection = connections[db]
-    if connection.vendor != "postgresql":
+    if not lock or connection.vendor != "postgresql":
         # SQLite: one writer at a time; there is nothing finer to lock.
         return dict(Job.objects.using(db).filter(id__in=ids).values_list("id", "state"))
     with connection.cursor() as cursor:

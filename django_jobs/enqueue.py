@@ -226,32 +226,36 @@ def accept_many(
     one of them waits for (checked, unlocked, by the caller already).
     """
     elsewhere = open_transactions_elsewhere(db)
+    write = partial(_write_many, db, prototype, announce=announce, after=after)
     if connections[db].vendor == "postgresql" and not elsewhere:
-        with transaction.atomic(using=db):
-            if after:
-                wait_for(db, prototype, after)
-            written: list[str] = []
-            copy_jobs(db, prototype, _recorded(calls, written) if after else calls)
-            if after:
-                add_dependencies(db, written, after)
-            _announce_many(db, prototype, announce)
+        write(calls)
         return
     validated = list(calls)
+    _after_commits(elsewhere, lambda: write(iter(validated)))
 
-    def insert() -> None:
-        with transaction.atomic(using=db):
-            if after:
-                wait_for(db, prototype, after)
-            if connections[db].vendor == "postgresql":
-                copy_jobs(db, prototype, iter(validated))
-            else:
-                jobs = [_job_of(prototype, call) for call in validated]
-                Job.objects.using(db).bulk_create(jobs, batch_size=1000)
-            if after:
-                add_dependencies(db, [call.id for call in validated], after)
-            _announce_many(db, prototype, announce)
 
-    _after_commits(elsewhere, insert)
+def _write_many(
+    db: str,
+    prototype: Job,
+    calls: Iterator[Call],
+    *,
+    announce: Callable[[], None],
+    after: Sequence[uuid.UUID],
+) -> None:
+    """The rows of ``calls`` (COPY on PostgreSQL), their dependencies, and the wake-up."""
+    with transaction.atomic(using=db):
+        written: list[str] = []
+        if after:
+            wait_for(db, prototype, after)
+            calls = _recorded(calls, written)
+        if connections[db].vendor == "postgresql":
+            copy_jobs(db, prototype, calls)
+        else:
+            jobs = [_job_of(prototype, call) for call in calls]
+            Job.objects.using(db).bulk_create(jobs, batch_size=1000)
+        if after:
+            add_dependencies(db, written, after)
+        _announce_many(db, prototype, announce)
 
 
 def _recorded(calls: Iterator[Call], ids: list[str]) -> Iterator[Call]:

@@ -356,6 +356,11 @@ class QueueState(models.Model):
         return f"{self.queue} ({'paused' if self.paused else 'running'})"
 
 
+def paused_queues(db: str = "default") -> set[str]:
+    """The names of the queues paused now (the dashboard, ``jobs stats`` and the API show it)."""
+    return set(QueueState.objects.using(db).filter(paused=True).values_list("queue", flat=True))
+
+
 class QueueEvent(models.Model):
     """The audit trail of queue pauses and resumes."""
 

@@ -654,7 +654,7 @@ def finish(
     if not reports:
         return done
     rules = rules or JobsOptions()
-    fast = [r for r in reports if _fast_success(db, r)]
+    fast = [r for r in reports if _plain_success(r)] if _one_statement_completes(db) else []
     if fast:
         applied = _complete_postgresql(db, worker_id, fast, rules.PREPARE_STATEMENTS)
         done.applied.extend((r, JobState.SUCCEEDED) for r in fast if _key(r) in applied)
@@ -778,15 +778,20 @@ def _release_dependents(db: str, succeeded: Sequence[uuid.UUID], now: datetime) 
         )
 
 
-def _fast_success(db: str, report: Report) -> bool:
-    """Whether one statement (pgsql.COMPLETE) can apply this report."""
+def _one_statement_completes(db: str) -> bool:
+    """Whether successes may go through pgsql.COMPLETE, which sends no signals.
+
+    Asked once per batch, not per report: it is on every worker's hot path.
+    """
     return (
-        report.outcome == AttemptOutcome.SUCCEEDED
-        and report.progress is None
-        and connections[db].vendor == "postgresql"
+        connections[db].vendor == "postgresql"
         and not signal_listeners(Transition.COMPLETE)
         and not signal_listeners(Transition.DEPENDENCIES_MET)
     )
+
+
+def _plain_success(report: Report) -> bool:
+    return report.outcome == AttemptOutcome.SUCCEEDED and report.progress is None
 
 
 def _key(report: Report) -> tuple[uuid.UUID, int]:

@@ -39,7 +39,7 @@ from django.utils.translation import gettext as _
 
 from .. import control
 from ..backend import jobs_backend
-from ..models import Job, QueueState, Schedule, Worker, leases_held
+from ..models import Job, Schedule, Worker, leases_held, paused_queues
 from ..states import JobState
 
 if TYPE_CHECKING:
@@ -177,9 +177,7 @@ def view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
     stale_after = timedelta(seconds=backend.settings.WORKER_STALE_SECONDS)
     queues = queue_stats(backend.db, set(backend.queues or ()), now)
     workers = live_workers(backend.db, now, stale_after)
-    paused = set(
-        QueueState.objects.using(backend.db).filter(paused=True).values_list("queue", flat=True)
-    )
+    paused = paused_queues(backend.db)
     opts = model_admin.model._meta
     context = {
         **model_admin.admin_site.each_context(request),

@@ -33,6 +33,7 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from .. import dependencies
 from ..models import Attempt, Job, JobEvent
 from ..states import AttemptOutcome, JobState
 from . import actions, dashboard
@@ -338,16 +339,15 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=gettext_lazy("waits for"))
     def waits_for(self, job: Job) -> SafeString | str:
         """The jobs it was enqueued after, each with its state: what holds a waiting job."""
-        rows = Job.objects.filter(dependents__job=job).order_by("enqueued_at", "id")
-        return self._job_links(job, rows, DEPENDENCIES_SHOWN)
+        return self._job_links(dependencies.waits_for(job))
 
     @admin.display(description=gettext_lazy("waited for by"))
     def waited_for_by(self, job: Job) -> SafeString | str:
-        rows = Job.objects.filter(dependencies__depends_on=job).order_by("enqueued_at", "id")
-        return self._job_links(job, rows, DEPENDENCIES_SHOWN)
+        return self._job_links(dependencies.waited_for_by(job))
 
-    def _job_links(self, job: Job, rows: QuerySet[Job], limit: int) -> SafeString | str:
-        shown = list(rows.using(job._state.db).only("id", "state", "task_name")[: limit + 1])
+    def _job_links(self, rows: QuerySet[Job]) -> SafeString | str:
+        limit = DEPENDENCIES_SHOWN
+        shown = list(rows.only("id", "state", "task_name")[: limit + 1])
         if not shown:
             return EMPTY
         links = format_html_join(

@@ -19,6 +19,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from django_jobs.control import NOTE_REQUIRED
+from django_jobs.dependencies import waits_for
 from django_jobs.models import Attempt, Job, JobEvent, Worker
 from django_jobs.states import AttemptOutcome, JobState, django_status
 
@@ -165,10 +166,7 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
     def get_waits_for(self, job: Job) -> list[str]:
-        return [
-            str(job_id)
-            for job_id in job.dependencies.order_by("id").values_list("depends_on_id", flat=True)
-        ]
+        return [str(job_id) for job_id in waits_for(job).values_list("id", flat=True)]
 
     @extend_schema_field(OpenApiTypes.ANY)
     def get_return_value(self, job: Job) -> Any:

@@ -30,7 +30,14 @@ from django_jobs import control
 from django_jobs.backend import jobs_backend
 from django_jobs.cli.stats import queue_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
-from django_jobs.models import Attempt, Job, QueueEvent, QueueState, Worker, leases_held
+from django_jobs.models import (
+    Attempt,
+    Job,
+    QueueEvent,
+    Worker,
+    leases_held,
+    paused_queues,
+)
 from django_jobs.states import TRANSITIONS, JobState, django_status
 
 from .conf import api_settings
@@ -238,11 +245,7 @@ class QueueStatsView(APIView):
         jobs = settings.authority.filter_jobs(request, Action.VIEW, _jobs())
         now = timezone.now()
         backend = jobs_backend(settings.backend)
-        paused = set(
-            QueueState.objects.using(settings.database)
-            .filter(paused=True)
-            .values_list("queue", flat=True)
-        )
+        paused = paused_queues(settings.database)
         # The same numbers as `manage.py jobs stats`, over the jobs this caller may see.
         data = [
             {
@@ -329,7 +332,8 @@ class QueuePauseView(APIView):
         db = settings.database
         body: dict[str, Any] = {
             "queue": name,
-            "paused": QueueState.objects.using(db).filter(queue=name, paused=True).exists(),
+            # A call that changed nothing found the queue already in this state.
+            "paused": pause,
             "changed": changed,
             "changed_at": None,
             "changed_by": None,

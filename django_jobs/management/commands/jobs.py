@@ -26,13 +26,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
 
-from django_jobs import control, registry, retention
+from django_jobs import control, dependencies, registry, retention
 from django_jobs.backend import JobsBackend, jobs_backend
 from django_jobs.cli import render
 from django_jobs.cli.arguments import non_negative_float, positive_float, positive_int
 from django_jobs.cli.stats import queue_stats, worker_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError, NotAJobsBackendError
-from django_jobs.models import Attempt, Job, JobEvent, QueueState
+from django_jobs.models import Attempt, Job, JobEvent, paused_queues
 from django_jobs.states import TRANSITIONS, VERBS, JobState
 from django_jobs.tasks import JobTask
 
@@ -296,13 +296,7 @@ class Command(BaseCommand):
         ]
         if job.cancel_requested_at is not None:
             fields.append(("cancel asked", render.when(job.cancel_requested_at)))
-        after = (
-            Job.objects.using(db)
-            .filter(dependents__job=job)
-            .order_by("enqueued_at", "id")
-            .values_list("id", "state")
-        )
-        for depends_on, state in after:
+        for depends_on, state in dependencies.waits_for(job).values_list("id", "state"):
             fields.append(("after", f"{depends_on} ({state})"))
         if job.progress_done is not None:
             total = f"/{job.progress_total}" if job.progress_total is not None else ""
@@ -389,9 +383,7 @@ class Command(BaseCommand):
         now = timezone.now()
         stats = queue_stats(Job.objects.using(backend.db), backend.queues, now)
         states = list(JobState.values)
-        paused = set(
-            QueueState.objects.using(backend.db).filter(paused=True).values_list("queue", flat=True)
-        )
+        paused = paused_queues(backend.db)
         self.stdout.write(
             render.table(
                 (
