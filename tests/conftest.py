@@ -72,6 +72,17 @@ def pg(transactional_db: None) -> None:
     assert connections["default"].vendor == "postgresql"
 
 
+def backend_settings(**options: Any) -> dict[str, Any]:
+    """``TASKS`` with one JobsBackend, ``default``, on queue ``default``, with these OPTIONS."""
+    return {
+        "default": {
+            "BACKEND": "django_jobs.backend.JobsBackend",
+            "QUEUES": ["default"],
+            "OPTIONS": options,
+        }
+    }
+
+
 def run_in_processes(target: Callable[[Any], None], count: int) -> list[Any]:
     """Run ``target(results_queue)`` in ``count`` forked processes at once; return what they put.
 
@@ -194,5 +205,46 @@ def run_burst(start_workers: Callable[..., WorkerProcess]) -> Callable[..., str]
         output = worker.output()
         assert code == 0, output
         return output
+
+    return run
+
+
+MINIMAL_PROJECT = ROOT / "tests" / "minimal_project"
+
+
+@pytest.fixture
+def minimal_project(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``manage.py`` of tests/minimal_project: the settings the docs give, nothing more.
+
+    ``run(*args, python=..., without=[apps], api=True, db=path)`` returns the
+    finished process (text output). It runs with the given Python (this one by
+    default, or a fresh virtualenv's) and no PYTHONPATH, so ``django_jobs`` comes
+    from wherever that Python has it installed; the database is a SQLite file in
+    the test's own temporary directory unless ``db`` says otherwise.
+    """
+
+    def run(
+        *args: str,
+        python: str | Path = sys.executable,
+        without: tuple[str, ...] = (),
+        api: bool = True,
+        db: str | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        unset = ("PYTHONPATH", "DJANGO_SETTINGS_MODULE")
+        env = {k: v for k, v in os.environ.items() if k not in unset}
+        env["MINIMAL_DB"] = db if db is not None else str(tmp_path / "minimal.sqlite3")
+        env["MINIMAL_APPS_WITHOUT"] = ",".join(without)
+        env["MINIMAL_API"] = "1" if api else "0"
+        if python == sys.executable:  # this checkout's django_jobs, not an installed one
+            env["PYTHONPATH"] = str(ROOT)
+        return subprocess.run(
+            [str(python), "manage.py", *args],
+            cwd=MINIMAL_PROJECT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     return run

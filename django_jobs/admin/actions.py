@@ -32,7 +32,6 @@ from django.urls import reverse
 from django.utils.text import format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
-from django_stubs_ext import StrOrPromise
 
 from .. import control
 from ..exceptions import InvalidTransitionError, JobNotFoundError
@@ -40,6 +39,8 @@ from ..models import Job
 from ..states import TRANSITIONS, VERBS, JobState, allowed
 
 if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
     from .jobs import JobAdmin
 
 BULK_LIMIT = 1000

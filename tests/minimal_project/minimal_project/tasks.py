@@ -1,0 +1,6 @@
+from django.tasks import task
+
+
+@task()
+def ping() -> str:
+    return "pong"
