@@ -13,6 +13,12 @@ Configure it like any Tasks backend::
 and ``@task`` functions and ``.enqueue()`` run on it unchanged. Enqueue
 validates everything before it writes anything; see ``enqueue.py`` for the
 transaction rules.
+
+This module imports no model at import time: Django imports it to build the
+backend for ``manage.py check`` too, and a project that forgot ``django_jobs``
+in ``INSTALLED_APPS`` must get the check's message (``django_jobs.E001``), not
+a model's ``RuntimeError``. The modules that need the models are imported where
+they are used.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.tasks import Task, task_backends
@@ -31,23 +38,27 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from . import registry
-from .bulk import Call, new_ids
 from .conf import JobsOptions
-from .dependencies import dependency_ids, wait_for
-from .enqueue import DepthGauge, accept, accept_many, new_job
 from .exceptions import (
+    ConfigurationError,
     EnqueueError,
     InvalidJobOptionError,
     NotAJobsBackendError,
     UnknownQueueError,
     UnknownTaskError,
 )
-from .models import Job
 from .payload import check_arguments
-from .results import JobResult, build, result_fields
 from .retry import Backoff, RetryPolicy
 from .states import JobState
 from .tasks import JobTask
+
+if TYPE_CHECKING:
+    from .bulk import Call
+    from .enqueue import DepthGauge
+    from .models import Job
+    from .results import JobResult
+
+APP_NOT_INSTALLED = "django_jobs.E001"
 
 # Column widths of Job; longer values are refused instead of truncated.
 _MAX_LENGTHS = {"version": 64}
@@ -62,9 +73,42 @@ class JobsBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.settings = JobsOptions.from_mapping(alias, self.options)
-        self.db = self.settings.DATABASE
-        self.depth = DepthGauge()
+        # A broken configuration is kept, not raised: Django builds every
+        # backend for ``manage.py check``, which reports it as a check message;
+        # any use of the backend raises it.
+        self._settings: JobsOptions | ConfigurationError
+        if not apps.is_installed("django_jobs"):
+            self._settings = ConfigurationError(
+                f"TASKS[{alias!r}] uses django_jobs, but 'django_jobs' is not in INSTALLED_APPS.",
+                check_id=APP_NOT_INSTALLED,
+                hint="Add 'django_jobs' to INSTALLED_APPS and run migrate.",
+            )
+            return
+        try:
+            self._settings = JobsOptions.from_mapping(alias, self.options)
+        except ConfigurationError as exc:
+            self._settings = exc
+            return
+        from .enqueue import DepthGauge
+
+        self.depth: DepthGauge = DepthGauge()
+
+    @property
+    def problem(self) -> ConfigurationError | None:
+        """What is wrong with this backend's configuration, if anything."""
+        return self._settings if isinstance(self._settings, ConfigurationError) else None
+
+    @property
+    def settings(self) -> JobsOptions:
+        """The validated ``OPTIONS``; raises the configuration problem if there is one."""
+        if isinstance(self._settings, ConfigurationError):
+            raise self._settings
+        return self._settings
+
+    @property
+    def db(self) -> str:
+        """The alias of the database that holds the jobs."""
+        return self.settings.DATABASE
 
     # -- validation ---------------------------------------------------------
 
@@ -75,7 +119,10 @@ class JobsBackend(BaseTaskBackend):
                 f"({', '.join(sorted(self.queues))})."
             )
         super().validate_task(task)
-        if isinstance(task, JobTask):
+        # A misconfigured backend still lets @task modules import (they are
+        # imported by URLconfs during ``manage.py check``, which reports the
+        # problem); enqueue refuses.
+        if isinstance(task, JobTask) and self.problem is None:
             _validate_job_options(task)
             registry.register(task)
 
@@ -93,7 +140,11 @@ class JobsBackend(BaseTaskBackend):
     # -- enqueue ------------------------------------------------------------
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> JobResult:
-        self._check_task(task)
+        self._check_task(task)  # first: it also says if the app is not installed
+        from .dependencies import dependency_ids
+        from .enqueue import accept, new_job
+        from .results import build
+
         args, kwargs = list(args), dict(kwargs)
         encoded = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
         job = new_job(args=args, kwargs=kwargs, **self._job_template(task))
@@ -116,7 +167,12 @@ class JobsBackend(BaseTaskBackend):
         Idempotency keys are refused here (each would need its own lookup);
         ``after=`` applies to every job of the batch (a fan-out).
         """
-        self._check_task(task)
+        self._check_task(task)  # first: it also says if the app is not installed
+        from .bulk import new_ids
+        from .dependencies import dependency_ids, wait_for
+        from .enqueue import accept_many, new_job
+        from .results import JobResult, build, result_fields
+
         if isinstance(task, JobTask) and task.idempotency_key is not None:
             raise InvalidJobOptionError(
                 f"{task.module_path}: enqueue_many does not take an idempotency key; "
@@ -170,6 +226,8 @@ class JobsBackend(BaseTaskBackend):
         return results
 
     def _check_task(self, task: Task[Any, Any]) -> None:
+        if (problem := self.problem) is not None:
+            raise problem
         self.validate_task(task)
         if not registry.is_registered(task):
             raise UnknownTaskError(
@@ -200,6 +258,8 @@ class JobsBackend(BaseTaskBackend):
 
     def _call(self, job_id: str, args: Any, kwargs: Any, run_after: datetime | None) -> Call:
         """One validated call of an enqueue_many batch (``run_after``: the options', if any)."""
+        from .bulk import Call
+
         args = list(args)
         kwargs = dict(kwargs)
         args_json, kwargs_json = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
@@ -207,11 +267,16 @@ class JobsBackend(BaseTaskBackend):
         return Call(job_id, args, kwargs, args_json, kwargs_json, now, run_after or now)
 
     def _announce(self, task: Task[Any, Any], job: Job) -> None:
+        from .results import build
+
         task_enqueued.send(type(self), task_result=build(task, job, []))
 
     # -- results ------------------------------------------------------------
 
     def get_result(self, result_id: str) -> JobResult:
+        from .models import Job
+        from .results import build
+
         try:
             job_id = uuid.UUID(str(result_id))
         except ValueError:
@@ -241,7 +306,8 @@ def jobs_backend(alias: str) -> JobsBackend:
 
     Everything that is given an alias (a setting, a ``--backend``, a
     ``backend=`` argument) looks it up here, so a wrong one fails the same way
-    everywhere: ``NotAJobsBackendError`` naming the alias and what is wrong.
+    everywhere: ``NotAJobsBackendError`` naming the alias and what is wrong,
+    or the backend's ``ConfigurationError`` if its ``OPTIONS`` are broken.
     """
     try:
         backend = task_backends[alias]
@@ -258,6 +324,8 @@ def jobs_backend(alias: str) -> JobsBackend:
             f"TASKS[{alias!r}] uses {kind.__module__}.{kind.__qualname__}, "
             "not django_jobs.backend.JobsBackend or a subclass of it."
         )
+    if (problem := backend.problem) is not None:
+        raise problem
     return backend
 
 
@@ -298,6 +366,8 @@ def _validate_job_options(task: JobTask) -> None:
             fail(f"{name} is {len(value)} characters long; at most {limit} fit.")
         elif name in ("idempotency_key", "concurrency_key") and not value:
             fail(f"{name} must not be empty (pass None for no key).")
+    from .dependencies import dependency_ids
+
     try:
         dependency_ids(task.after)
     except ValueError as exc:

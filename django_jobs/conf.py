@@ -1,13 +1,15 @@
 """The backend's ``OPTIONS``, read once and checked strictly.
 
 A misspelt option that is silently ignored is how a 10-second lease turns into
-a 5-minute outage, so unknown keys and wrong types are refused when the backend
-is built (Django raises it from ``task_backends[alias]``) and reported by
-``manage.py check``.
+a 5-minute outage, so unknown keys and wrong types are refused: each mistake is
+a ``ConfigurationError`` carrying its system-check id, reported by ``manage.py
+check`` (and every command that runs the checks) as one ``django_jobs.E0xx``
+message, and raised by whatever uses the backend (an enqueue, a worker).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -16,7 +18,19 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
-from django.core.exceptions import ImproperlyConfigured
+
+from .exceptions import ConfigurationError
+
+# The system-check ids of OPTIONS mistakes (docs/configuration.md#system-checks).
+UNKNOWN_OPTION = "django_jobs.E005"
+BAD_OPTION = "django_jobs.E006"
+BAD_SCHEDULE = "django_jobs.E007"
+OPTIONS_HINT = "See the OPTIONS table in django-jobs' docs/configuration.md."
+SCHEDULES_HINT = "See 'Declaring schedules in code' in django-jobs' docs/schedules.md."
+
+
+def _bad(message: str) -> ConfigurationError:
+    return ConfigurationError(message, check_id=BAD_OPTION, hint=OPTIONS_HINT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +131,16 @@ class JobsOptions:
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(options) - set(known))
         if unknown:
-            raise ImproperlyConfigured(
-                f"TASKS[{alias!r}]['OPTIONS'] has unknown option(s) {', '.join(unknown)}; "
-                f"known options are {', '.join(sorted(known))}."
+            guesses = [
+                f"{name} (did you mean {close[0]}?)"
+                if (close := difflib.get_close_matches(str(name), known, n=1))
+                else str(name)
+                for name in unknown
+            ]
+            raise ConfigurationError(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown option(s) {', '.join(guesses)}.",
+                check_id=UNKNOWN_OPTION,
+                hint=f"Known options are {', '.join(sorted(known))}.",
             )
         values: dict[str, Any] = {}
         for name, value in options.items():
@@ -141,7 +162,7 @@ class JobsOptions:
             "POISON_LOST_ATTEMPTS",
         ):
             if getattr(self, name) < 1:
-                raise ImproperlyConfigured(f"{where}[{name!r}] must be at least 1.")
+                raise _bad(f"{where}[{name!r}] must be at least 1.")
         for name in (
             "LEASE_SECONDS",
             "HEARTBEAT_SECONDS",
@@ -154,22 +175,22 @@ class JobsOptions:
             "SCHEDULE_GRACE_SECONDS",
         ):
             if getattr(self, name) <= 0:
-                raise ImproperlyConfigured(f"{where}[{name!r}] must be positive.")
+                raise _bad(f"{where}[{name!r}] must be positive.")
         if self.HEARTBEAT_SECONDS * 2 > self.LEASE_SECONDS:
-            raise ImproperlyConfigured(
+            raise _bad(
                 f"{where}: HEARTBEAT_SECONDS ({self.HEARTBEAT_SECONDS}) must be at most half "
                 f"of LEASE_SECONDS ({self.LEASE_SECONDS}), or one late heartbeat loses the lease."
             )
         for queue, depth in self.QUEUE_MAX_DEPTH.items():
             if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-                raise ImproperlyConfigured(
+                raise _bad(
                     f"{where}['QUEUE_MAX_DEPTH'][{queue!r}] must be a whole number of at "
                     f"least 1, not {depth!r}."
                 )
         for name in ("QUEUE_CONCURRENCY", "KEY_CONCURRENCY"):
             for queue, limit in getattr(self, name).items():
                 if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                    raise ImproperlyConfigured(
+                    raise _bad(
                         f"{where}[{name!r}][{queue!r}] must be a whole number of at least 1, "
                         f"not {limit!r}."
                     )
@@ -178,7 +199,7 @@ class JobsOptions:
                 isinstance(w, int | float) and not isinstance(w, bool) and w > 0
                 for w in weights.values()
             ):
-                raise ImproperlyConfigured(
+                raise _bad(
                     f"{where}['FAIR_QUEUES'][{queue!r}] must be a dict of tenant -> positive "
                     f"weight (or {{}} for equal shares), not {weights!r}."
                 )
@@ -186,9 +207,7 @@ class JobsOptions:
             for queue, pair in getattr(self, name).items():
                 _check_pair(where, name, queue, pair)
         if self.BACKOFF_CAP_SECONDS < self.BACKOFF_BASE_SECONDS:
-            raise ImproperlyConfigured(
-                f"{where}: BACKOFF_CAP_SECONDS must not be below BACKOFF_BASE_SECONDS."
-            )
+            raise _bad(f"{where}: BACKOFF_CAP_SECONDS must not be below BACKOFF_BASE_SECONDS.")
 
 
 def _check_pair(where: str, name: str, queue: str, pair: Any) -> None:
@@ -202,7 +221,7 @@ def _check_pair(where: str, name: str, queue: str, pair: Any) -> None:
         or not isinstance(pair[1], int | float)
         or pair[1] <= 0
     ):
-        raise ImproperlyConfigured(
+        raise _bad(
             f"{where}[{name!r}][{queue!r}] must be (count, window_seconds) with a count "
             f">= 1 and a positive window, not {pair!r}."
         )
@@ -214,28 +233,26 @@ def _coerce(alias: str, name: str, value: Any, default: Any) -> Any:
         return parse_schedules(where, value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ImproperlyConfigured(f"{where} must be True or False, not {value!r}.")
+            raise _bad(f"{where} must be True or False, not {value!r}.")
         return value
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ImproperlyConfigured(f"{where} must be an integer, not {value!r}.")
+            raise _bad(f"{where} must be an integer, not {value!r}.")
         return value
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ImproperlyConfigured(f"{where} must be a number of seconds, not {value!r}.")
+            raise _bad(f"{where} must be a number of seconds, not {value!r}.")
         return float(value)
     if isinstance(default, dict):
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise ImproperlyConfigured(
-                f"{where} must be a dict keyed by queue name, not {value!r}."
-            )
+            raise _bad(f"{where} must be a dict keyed by queue name, not {value!r}.")
         return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
     if isinstance(default, tuple):
         if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-            raise ImproperlyConfigured(f"{where} must be a list of module paths, not {value!r}.")
+            raise _bad(f"{where} must be a list of module paths, not {value!r}.")
         return tuple(value)
     if not isinstance(value, str) or not value:
-        raise ImproperlyConfigured(f"{where} must be a non-empty string, not {value!r}.")
+        raise _bad(f"{where} must be a non-empty string, not {value!r}.")
     return value
 
 
@@ -297,22 +314,26 @@ def timezone_problem(name: Any) -> str | None:
 
 def parse_schedules(where: str, value: Any) -> dict[str, ScheduleSpec]:
     if not isinstance(value, Mapping):
-        raise ImproperlyConfigured(
-            f"{where} must be a dict of schedule name -> dict, not {value!r}."
+        raise ConfigurationError(
+            f"{where} must be a dict of schedule name -> dict, not {value!r}.",
+            check_id=BAD_SCHEDULE,
+            hint=SCHEDULES_HINT,
         )
     return {name: _parse_schedule(where, name, spec) for name, spec in value.items()}
 
 
 def _parse_schedule(where: str, name: Any, spec: Any) -> ScheduleSpec:
     if not isinstance(name, str) or not name or len(name) > MAX_SCHEDULE_NAME:
-        raise ImproperlyConfigured(
+        raise ConfigurationError(
             f"{where}: schedule names must be non-empty strings of at most "
-            f"{MAX_SCHEDULE_NAME} characters, not {name!r}."
+            f"{MAX_SCHEDULE_NAME} characters, not {name!r}.",
+            check_id=BAD_SCHEDULE,
+            hint=SCHEDULES_HINT,
         )
     here = f"{where}[{name!r}]"
 
-    def fail(message: str) -> ImproperlyConfigured:
-        return ImproperlyConfigured(f"{here}: {message}.")
+    def fail(message: str) -> ConfigurationError:
+        return ConfigurationError(f"{here}: {message}.", check_id=BAD_SCHEDULE, hint=SCHEDULES_HINT)
 
     if not isinstance(spec, Mapping):
         raise fail(f"must be a dict with at least 'task' and 'cron', not {spec!r}")

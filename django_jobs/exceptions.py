@@ -45,6 +45,21 @@ class NotAJobsBackendError(ImproperlyConfigured):
     """
 
 
+class ConfigurationError(ImproperlyConfigured):
+    """A setting django-jobs reads is wrong: what, where, and how to fix it.
+
+    It carries the system-check id and hint it is reported under, so
+    ``manage.py check`` (and every command that runs the checks) shows it as one
+    ``django_jobs.E0xx`` message instead of a traceback; using the broken part
+    (an enqueue, a worker) raises it with the same text.
+    """
+
+    def __init__(self, message: str, *, check_id: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.check_id = check_id
+        self.hint = hint
+
+
 class LeaseLostError(Exception):
     """A worker reported on a job whose lease it no longer holds.
 

@@ -698,6 +698,19 @@ def test_workers__list_who_is_alive(operator: APIClient) -> None:
     assert operator.get(f"{URL}workers/", {"state": "x"}).status_code == 400
 
 
+def test_browsable_api__renders_the_job_list_and_its_filter_form(operator: APIClient) -> None:
+    """With the settings docs/api.md gives: rest_framework installed, django_filters not."""
+    make_job(queue="emails")
+
+    response = operator.get(URL, {"queue": "emails"}, HTTP_ACCEPT="text/html")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/html; charset=utf-8"
+    html = response.content.decode()
+    assert "<h2>Field filters</h2>" in html
+    assert 'name="queue" value="emails"' in html
+
+
 def test_schema__is_served_at_the_documented_url(db: None) -> None:
     response = APIClient().get(f"{URL}schema/", {"format": "json"})
     assert response.status_code == 200

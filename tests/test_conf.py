@@ -18,16 +18,7 @@ from django.test import override_settings
 from django_jobs.backend import JobsBackend, jobs_backend
 from django_jobs.conf import JobsOptions
 from django_jobs.exceptions import NotAJobsBackendError
-
-
-def backend_settings(**options: Any) -> dict[str, Any]:
-    return {
-        "default": {
-            "BACKEND": "django_jobs.backend.JobsBackend",
-            "QUEUES": ["default"],
-            "OPTIONS": options,
-        }
-    }
+from tests.conftest import backend_settings
 
 
 def test_options__defaults_give_quick_recovery() -> None:
@@ -42,7 +33,7 @@ def test_options__defaults_give_quick_recovery() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"LEASE_SECOND": 5}, r"unknown option\(s\) LEASE_SECOND; known options are"),
+        ({"LEASE_SECOND": 5}, r"unknown option\(s\) LEASE_SECOND \(did you mean LEASE_SECONDS\?\)"),
         ({"LEASE_SECONDS": "10"}, r"\['LEASE_SECONDS'\] must be a number of seconds"),
         ({"MAX_ATTEMPTS": 0}, r"\['MAX_ATTEMPTS'\] must be at least 1"),
         ({"LISTEN": "yes"}, r"\['LISTEN'\] must be True or False"),
@@ -65,7 +56,7 @@ def test_backend__is_refused_at_first_use_when_misconfigured() -> None:
         override_settings(TASKS=backend_settings(POLL_SECONDS=-1)),
         pytest.raises(ImproperlyConfigured, match="POLL_SECONDS'\\] must be positive"),
     ):
-        task_backends["default"]
+        jobs_backend("default")
 
 
 def check_ids(**options: Any) -> list[str]:

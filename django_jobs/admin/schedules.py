@@ -19,6 +19,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -49,7 +50,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
         backend: JobsBackend | None = None
         try:
             backend = jobs_backend(data.get("backend", "default"))
-        except NotAJobsBackendError as exc:
+        except ImproperlyConfigured as exc:
             if "backend" in data:
                 self.add_error("backend", str(exc))
         name = data.get("task_name")

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -22,7 +23,6 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..backend import jobs_backend
-from ..exceptions import NotAJobsBackendError
 from ..models import Lease, Worker, leases_held
 from .readonly import ReadOnlyAdmin
 
@@ -30,7 +30,7 @@ from .readonly import ReadOnlyAdmin
 def stale_after() -> timedelta:
     try:
         seconds = jobs_backend("default").settings.WORKER_STALE_SECONDS
-    except NotAJobsBackendError:
+    except ImproperlyConfigured:
         seconds = 30.0
     return timedelta(seconds=seconds)
 

@@ -14,3 +14,13 @@ is the user's page.
 Importing this subpackage needs djangorestframework, django-filter and
 drf-spectacular; the rest of django_jobs does not import it.
 """
+
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+
+if not apps.is_installed("django_jobs"):
+    # Said before the views import the models, which would fail with a RuntimeError.
+    raise ImproperlyConfigured(
+        "django_jobs.api needs 'django_jobs' in INSTALLED_APPS: add it (and "
+        "'rest_framework'), then run migrate."
+    )

@@ -4,9 +4,9 @@ Like ``TASKS[...]["OPTIONS"]`` (``django_jobs.conf``), an unknown key or a
 value of the wrong kind raises ``ImproperlyConfigured`` instead of being
 ignored: a misspelt ``AUTHORITY_POLICY`` silently falling back to the default
 would change who may discard jobs. The setting is read again when tests
-change it (``setting_changed``), and checked when the API's URLconf is
-imported, so a broken setting stops the project at start-up, not at the first
-request.
+change it (``setting_changed``). ``manage.py check`` validates it
+(``django_jobs.E008``), so ``runserver``, ``migrate`` and the workers stop on
+a broken setting before the API serves anything.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from django.tasks import TaskResultStatus
 from django.utils.timezone import is_naive
 from django_filters.fields import IsoDateTimeField
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import filters
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -109,6 +110,18 @@ class KnownParametersFilter(filters.BaseFilterBackend):
             message = f"Unknown query parameter; known parameters are {', '.join(sorted(known))}."
             raise ValidationError({name: [message] for name in unknown})
         return queryset
+
+
+class JobFilterBackend(DjangoFilterBackend):
+    """django-filter's backend, with its browsable-API form rendered from our template.
+
+    django-filter's own template lives in its app, which a project need not add
+    to ``INSTALLED_APPS`` to use the filters; without it the browsable API was
+    a ``TemplateDoesNotExist``. Ours is found through ``django_jobs``, which
+    every project using the API has installed.
+    """
+
+    template = "django_jobs/api/filter_form.html"
 
 
 class StrictOrderingFilter(filters.OrderingFilter):

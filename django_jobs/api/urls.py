@@ -5,8 +5,9 @@
 gives ``api/jobs/`` (list), ``api/jobs/<id>/`` (detail),
 ``api/jobs/<id>/<verb>/`` (POST), ``api/jobs/queues/``,
 ``api/jobs/queues/<name>/pause/`` and ``.../resume/`` (POST), ``api/jobs/workers/``
-and ``api/jobs/schema/`` (OpenAPI 3). Importing this module validates
-``DJANGO_JOBS_API``, so a broken setting fails at start-up.
+and ``api/jobs/schema/`` (OpenAPI 3). ``DJANGO_JOBS_API`` is checked by
+``manage.py check`` (``django_jobs.E008``, so ``runserver`` and ``migrate``
+stop on a broken setting) and again at the first request.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import SimpleRouter
 
-from .conf import api_settings
 from .schema import SchemaView
 from .views import JobViewSet, QueuePauseView, QueueResumeView, QueueStatsView, WorkerViewSet
 
 app_name = "django_jobs_api"
-
-api_settings()
 
 router = SimpleRouter()
 router.register("workers", WorkerViewSet, basename="worker")

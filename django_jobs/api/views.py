@@ -16,7 +16,6 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -41,7 +40,7 @@ from django_jobs.models import (
 from django_jobs.states import TRANSITIONS, JobState, django_status
 
 from .conf import api_settings
-from .filters import JobFilter, KnownParametersFilter, StrictOrderingFilter
+from .filters import JobFilter, JobFilterBackend, KnownParametersFilter, StrictOrderingFilter
 from .pagination import StrictCursorPagination
 from .permissions import VERBS, Action, AuthorityPermission
 from .serializers import (
@@ -131,7 +130,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     schema = AutoSchema()
     permission_classes = [AuthorityPermission]
     filterset_class = JobFilter
-    filter_backends = [KnownParametersFilter, DjangoFilterBackend, StrictOrderingFilter]
+    filter_backends = [KnownParametersFilter, JobFilterBackend, StrictOrderingFilter]
     ordering_fields = ["enqueued_at", "run_after", "priority"]
     ordering = "-enqueued_at"
     pagination_class = StrictCursorPagination

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
@@ -31,7 +32,7 @@ from django_jobs.backend import JobsBackend, jobs_backend
 from django_jobs.cli import render
 from django_jobs.cli.arguments import non_negative_float, positive_float, positive_int
 from django_jobs.cli.stats import queue_stats, worker_stats
-from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError, NotAJobsBackendError
+from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
 from django_jobs.models import Attempt, Job, JobEvent, paused_queues
 from django_jobs.states import TRANSITIONS, VERBS, JobState
 from django_jobs.tasks import JobTask
@@ -210,7 +211,7 @@ class Command(BaseCommand):
         subcommand: str = options["subcommand"]
         try:
             backend = jobs_backend(options["backend"])
-        except NotAJobsBackendError as exc:
+        except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         handler: Callable[[JobsBackend, dict[str, Any]], None]
         handler = self._verb if subcommand in VERBS else getattr(self, f"_{subcommand}")

@@ -6,11 +6,13 @@ import logging
 import sys
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+from django.db.backends.sqlite3.creation import DatabaseCreation as SQLiteCreation
 
 from django_jobs.backend import jobs_backend
 from django_jobs.cli.arguments import positive_int
-from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.supervisor import Supervisor
 from django_jobs.worker import WorkerConfig
 
@@ -69,8 +71,9 @@ class Command(BaseCommand):
         alias = options["backend"]
         try:
             backend = jobs_backend(alias)
-        except NotAJobsBackendError as exc:
+        except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
+        refuse_in_memory_database(backend.db)
         queues = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
         unknown = sorted(set(queues) - backend.queues)
         if unknown:
@@ -102,3 +105,22 @@ class Command(BaseCommand):
         )
         log.addHandler(handler)
         log.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+
+
+def refuse_in_memory_database(alias: str) -> None:
+    """Refuse to run workers on an in-memory SQLite database.
+
+    Each worker process would work on a copy of its own (forked, or empty):
+    it would claim and finish jobs that the parent, the web process and the
+    test never see, and log success while every job stays queued. This is what
+    a ``TransactionTestCase`` on SQLite gets by default.
+    """
+    connection = connections[alias]
+    name = connection.settings_dict["NAME"]
+    if connection.vendor == "sqlite" and SQLiteCreation.is_in_memory_db(name):
+        raise CommandError(
+            f"DATABASES[{alias!r}] is an in-memory SQLite database ({name!r}): each worker "
+            "process would work on a copy of its own, and no job would change for anyone "
+            f"else. Give DATABASES[{alias!r}] a file NAME (in tests, set "
+            f"DATABASES[{alias!r}]['TEST']['NAME'] to a file path)."
+        )
