@@ -12,9 +12,8 @@ What it deletes, and why it is shaped this way:
 * ``exhausted`` and ``quarantined`` jobs only when asked (``include_held``):
   they wait for an operator's decision, and deleting them silently would be
   deciding for one. Their age is taken from ``updated_at`` (the last change),
-  because a job quarantined while queued, or by poison detection, never got a
-  ``finished_at``, and because a job put on hold yesterday was looked at
-  yesterday, however long ago it failed.
+  because a job put on hold yesterday was looked at yesterday, however long
+  ago it failed.
 * Live jobs (``waiting``, ``queued``, ``running``, ``cancelling``) never, whatever
   their dates; nor a finished job that a ``waiting`` job still waits for.
 * ``RetryWindow`` and ``RateWindow`` rows whose window started more than ``keep_retry_windows``

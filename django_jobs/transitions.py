@@ -968,7 +968,7 @@ def _lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> N
         }
         if transition is Transition.REAP:
             changes["run_after"] = now
-        elif transition is not Transition.POISON:
+        else:
             changes["finished_at"] = now
         moved = (
             Job.objects.using(db)
@@ -1069,11 +1069,17 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
                 waiting_on=0,
             )
         elif transition is Transition.RELEASE:
+            # Queued again: nothing of the finished job it was may stay on the row.
             changes.update(
                 run_after=now,
                 max_attempts=max(job.max_attempts, job.attempts + 1),
                 expires_at=None,
+                finished_at=None,
+                cancel_requested_at=None,
             )
+        elif transition is Transition.QUARANTINE:
+            # Held is finished (not live); one that had finished keeps when it did.
+            changes["finished_at"] = Coalesce(F("finished_at"), Value(now))
         elif transition is Transition.DISCARD:
             changes["finished_at"] = now
         moved = Job.objects.using(db).filter(id=job_id, state=job.state).update(**changes)

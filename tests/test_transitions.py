@@ -310,3 +310,121 @@ def test_reap__concurrent_reapers_reap_each_lease_once(pg: None) -> None:
     assert Attempt.objects.filter(outcome=AttemptOutcome.LOST).count() == 60
     assert set(Job.objects.values_list("state", "attempts")) == {(JobState.QUEUED, 1)}
     assert Lease.objects.count() == 0
+
+
+# -- every way a job moves leaves its derived fields consistent ------------------
+
+FINISHED_ATTEMPT = {
+    JobState.SUCCEEDED: AttemptOutcome.SUCCEEDED,
+    JobState.FAILED: AttemptOutcome.FAILED,
+    JobState.EXHAUSTED: AttemptOutcome.FAILED,
+    JobState.CANCELLED: AttemptOutcome.CANCELLED,
+    JobState.QUARANTINED: AttemptOutcome.LOST,
+    JobState.DISCARDED: AttemptOutcome.FAILED,
+}
+
+
+def consistent_row(state: JobState) -> Job:
+    """A job as the engine leaves it in ``state``: the derived fields agree with it."""
+    now = timezone.now()
+    leased = state in (JobState.RUNNING, JobState.CANCELLING)
+    ran = leased or state in FINISHED_ATTEMPT
+    attempts = 3 if state is JobState.EXHAUSTED else int(ran)
+    job = make_job(state, attempts=attempts, leased_by=ME if leased else None)
+    job.started_at = now if ran else None
+    job.finished_at = None if state in (JobState.WAITING, JobState.QUEUED) or leased else now
+    job.cancel_requested_at = now if state in (JobState.CANCELLING, JobState.CANCELLED) else None
+    job.expires_at = now - timedelta(seconds=1) if state is JobState.QUEUED else None
+    job.waiting_on = 1 if state is JobState.WAITING else 0
+    job.save()
+    if ran and not leased:
+        Attempt.objects.create(
+            job=job,
+            number=attempts,
+            worker_id=ME.id,
+            started_at=now,
+            finished_at=now,
+            outcome=FINISHED_ATTEMPT[state],
+        )
+    return job
+
+
+def inconsistencies(job: Job) -> list[str]:
+    """What in the row disagrees with its state; the spec every transition must keep."""
+    job.refresh_from_db()
+    state = JobState(job.state)
+    leased = state in (JobState.RUNNING, JobState.CANCELLING)
+    live = state in (JobState.WAITING, JobState.QUEUED) or leased
+    lease = Lease.objects.filter(job=job).first()
+    running = list(Attempt.objects.filter(job=job, outcome=AttemptOutcome.RUNNING))
+    problems = []
+    if (job.finished_at is None) != live:
+        problems.append(f"finished_at {job.finished_at} in {state}")
+    if (job.started_at is None) != (job.attempts == 0):
+        problems.append(f"started_at {job.started_at} after {job.attempts} attempts")
+    if (lease is not None) != leased or (lease is not None and lease.token != job.attempts):
+        problems.append(f"lease {lease and lease.token} in {state} at attempt {job.attempts}")
+    if [a.number for a in running] != ([job.attempts] if leased else []):
+        problems.append(f"running attempts {[a.number for a in running]} in {state}")
+    if (job.cancel_requested_at is not None) and state in (
+        JobState.WAITING,
+        JobState.QUEUED,
+        JobState.RUNNING,
+    ):
+        problems.append(f"cancel_requested_at {job.cancel_requested_at} in {state}")
+    if state is JobState.QUEUED and job.attempts >= job.max_attempts:
+        problems.append(f"queued with {job.attempts} of {job.max_attempts} attempts used")
+    return problems
+
+
+def _verb(verb: str) -> Any:
+    return lambda job: transitions.operate(DB, job.id, verb, "ops", "walk")
+
+
+def _report(transition: Transition) -> Any:
+    def report(job: Job) -> None:
+        if Attempt.objects.filter(job=job, number=job.attempts).exists():  # else none can report
+            transitions.finish(DB, ME.id, [report_for(job, transition)])
+
+    return report
+
+
+def _reap(job: Job) -> None:
+    Lease.objects.filter(job=job).update(expires_at=timezone.now() - timedelta(seconds=5))
+    transitions.reap(DB)
+
+
+def _poison(job: Job) -> None:
+    Job.objects.filter(id=job.id).update(lost_streak=2)
+    _reap(job)
+
+
+LEASED = frozenset({JobState.RUNNING, JobState.CANCELLING})
+# Every event, with the states it moves a job out of (elsewhere it is refused,
+# which the tests above cover).
+EVENTS: dict[str, tuple[Any, frozenset[JobState]]] = {
+    **{
+        f"verb {verb}": (_verb(verb), frozenset().union(*(TRANSITIONS[t].sources for t in ts)))
+        for verb, ts in VERBS.items()
+    },
+    **{f"report {t}": (_report(t), LEASED) for t in WORKER_REPORTS},
+    "reap": (_reap, LEASED),
+    "reap, poison": (_poison, LEASED),
+    "claim": (lambda job: transitions.claim(DB, ME, QUEUES, 1, 10), frozenset({JobState.QUEUED})),
+    "expire": (lambda job: transitions.expire_overdue(DB), frozenset({JobState.QUEUED})),
+}
+
+
+@pytest.mark.parametrize(
+    ("event", "state"),
+    [(event, state) for event, (_, sources) in EVENTS.items() for state in sorted(sources)],
+)
+def test_every_transition__leaves_the_derived_fields_consistent_with_the_state(
+    pg: None, event: str, state: JobState
+) -> None:
+    job = consistent_row(state)
+    assert inconsistencies(job) == []  # the walk starts from a row the engine could write
+
+    EVENTS[event][0](job)
+
+    assert inconsistencies(job) == []
