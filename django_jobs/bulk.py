@@ -68,8 +68,11 @@ def copy_jobs(db: str, prototype: Job, calls: Iterator[Call]) -> None:
     tail = "".join(f"\t{_text(fields[name], getattr(prototype, name))}" for name in shared)
     quote = connections[db].ops.quote_name
     columns = ", ".join(quote(str(fields[name].column)) for name in [*per_call, *shared])
-    with connections[db].cursor() as wrapper:
-        cursor = wrapper.cursor  # psycopg's own cursor, for COPY
+    connection = connections[db]
+    # psycopg's own cursor, for COPY; its errors (a dropped connection, a
+    # terminated backend) become Django's, as for every other statement.
+    with connection.cursor() as wrapper, connection.wrap_database_errors:
+        cursor = wrapper.cursor
         with cursor.copy(f"COPY {Job._meta.db_table} ({columns}) FROM STDIN") as copy:
             chunk: list[str] = []
             for line in _lines(calls, tail + "\n"):

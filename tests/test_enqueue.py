@@ -8,6 +8,7 @@ import multiprocessing
 import uuid
 from typing import Any
 
+import django.db
 import psycopg
 import pytest
 from asgiref.sync import async_to_sync
@@ -365,6 +366,45 @@ def test_enqueue_many__a_bad_call_after_rows_were_sent_leaves_the_callers_transa
             enqueue_many(tasks.add, calls)
         Order.objects.create(number="A-2")
     assert (Order.objects.count(), job_count()) == (2, 0)
+
+
+def terminate_backend_of(alias: str) -> None:
+    """End the server process of ``alias``'s connection, as a restart or an admin would."""
+    pid = connections[alias].connection.info.backend_pid
+    with psycopg.connect(**connections[alias].get_connection_params(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+class DropsTheConnection(tuple[Any, ...]):
+    """A call's args; reading them terminates the enqueuing connection's backend."""
+
+    def __iter__(self) -> Any:
+        terminate_backend_of("default")
+        return super().__iter__()
+
+
+def test_enqueue_many__a_connection_dropped_mid_copy_raises_djangos_error(pg: None) -> None:
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((n, n), {}) for n in range(2500)]
+    calls[2400] = (DropsTheConnection((1, 2)), {})  # past two COPY writes of 1,000 lines
+    connections["default"].ensure_connection()
+
+    with pytest.raises(django.db.OperationalError) as raised:
+        enqueue_many(tasks.add, calls)
+
+    assert isinstance(raised.value.__cause__, psycopg.OperationalError)
+    connections["default"].close()
+    assert job_count() == 0
+
+
+def test_enqueue__a_dropped_connection_raises_djangos_error(pg: None) -> None:
+    connections["default"].ensure_connection()
+    terminate_backend_of("default")
+
+    with pytest.raises(django.db.OperationalError):
+        tasks.add.enqueue(1, 2)
+
+    connections["default"].close()
+    assert job_count() == 0
 
 
 @pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
