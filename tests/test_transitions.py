@@ -8,10 +8,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
-from django_jobs import transitions
+from django_jobs import pgsql, transitions
 from django_jobs.conf import JobsOptions
 from django_jobs.exceptions import InvalidTransitionError
 from django_jobs.models import Attempt, Job, JobEvent, Lease
@@ -428,3 +428,69 @@ def test_every_transition__leaves_the_derived_fields_consistent_with_the_state(
     EVENTS[event][0](job)
 
     assert inconsistencies(job) == []
+
+
+def _seq_scans_not_yet_reported(table: str) -> int:
+    """This backend's sequential scans of ``table`` that it has not sent to the statistics yet.
+
+    PostgreSQL 15 sends them at most once a second, so only a difference
+    taken within one transaction is exact.
+    """
+    with connections[DB].cursor() as cursor:
+        cursor.execute("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = %s", [table])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_completion__a_plan_made_on_empty_tables_still_uses_the_indexes_when_they_grow(
+    pg: None,
+) -> None:
+    """A worker started on a new deployment keeps its prepared plans for its life."""
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+    with connections[DB].cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job, django_jobs_attempt, django_jobs_lease")
+    for _ in range(8):  # past PostgreSQL's five custom plans: the generic one from now on
+        make_job()
+        [claimed] = transitions.claim(DB, ME, QUEUES, 10, 10, rules)
+        success = Report(claimed.job_id, 1, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
+        transitions.finish(DB, ME.id, [success], rules)
+    history = make_job(JobState.SUCCEEDED, attempts=1)
+    with connections[DB].cursor() as cursor:  # 20,000 attempts of history, no ANALYZE
+        cursor.execute(
+            "INSERT INTO django_jobs_attempt (job_id, number, worker_id, worker_name, outcome,"
+            " started_at, finished_at, error_type, error_message, traceback)"
+            " SELECT %s, n, %s, '', 'succeeded', now(), now(), '', '', ''"
+            " FROM generate_series(1, 20000) AS n",
+            [history.id, ME.id],
+        )
+    make_job()
+    [claimed] = transitions.claim(DB, ME, QUEUES, 10, 10, rules)
+    success = Report(claimed.job_id, 1, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
+
+    with transaction.atomic(using=DB):
+        before = _seq_scans_not_yet_reported("django_jobs_attempt")
+        done = transitions.finish(DB, ME.id, [success], rules)
+        seq_scans = _seq_scans_not_yet_reported("django_jobs_attempt") - before
+
+    assert (done.applied, seq_scans) == ([(success, JobState.SUCCEEDED)], 0)
+
+
+def test_claim__a_pinned_session_never_compiles_its_statements(pg: None) -> None:
+    """Disabled scans cost 10^10 to the planner: without JIT off, that compiles every claim."""
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+    make_job()
+    transitions.claim(DB, ME, QUEUES, 10, 10, rules)  # pins the session's plans
+    params = {
+        "queues": list(QUEUES),
+        "limit": 10,
+        "worker_id": ME.id,
+        "worker_name": ME.name,
+        "lease_seconds": 10,
+    }
+
+    with connections[DB].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, COSTS) {pgsql.CLAIM}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "cost=10000000" in plan  # the session's sequential scans are off
+    assert "JIT:" not in plan
