@@ -11,6 +11,7 @@ The database must exist (``--create-db`` makes and drops it).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -72,6 +73,9 @@ def main() -> None:
     size.add_argument("--quick", action="store_true")
     size.add_argument("--smoke", action="store_true")
     parser.add_argument("--only", default="w1,w2,w3,w4")
+    parser.add_argument(
+        "--overload-seconds", type=float, help="W6: how long to offer more than capacity"
+    )
     options = parser.parse_args()
     sizes = (
         workloads.SMOKE
@@ -80,6 +84,8 @@ def main() -> None:
         if options.quick
         else workloads.Sizes()
     )
+    if options.overload_seconds is not None:
+        sizes = dataclasses.replace(sizes, overload_seconds=options.overload_seconds)
     if options.create_db:
         pg.create_database(options.db)
     try:

@@ -21,11 +21,34 @@ class Sizes:
     probe_gap: float = 0.5
     backlog: int = 200_000
     drain_timeout: float = 900.0
+    # W6: offer ``overload_factor`` x the drain capacity for ``overload_seconds``,
+    # in bulk batches of ``overload_batch``, read every ``overload_window`` seconds.
+    overload_seconds: float = 300.0
+    overload_window: float = 10.0
+    overload_factor: float = 2.0
+    overload_batch: int = 128
 
 
-QUICK = Sizes(one_by_one=500, bulk=2_000, drain=2_000, probes=10, probe_gap=0.3, backlog=20_000)
+QUICK = Sizes(
+    one_by_one=500,
+    bulk=2_000,
+    drain=2_000,
+    probes=10,
+    probe_gap=0.3,
+    backlog=20_000,
+    overload_seconds=60.0,
+)
 SMOKE = Sizes(
-    one_by_one=50, bulk=50, drain=50, probes=3, probe_gap=0.1, backlog=200, drain_timeout=60
+    one_by_one=50,
+    bulk=50,
+    drain=50,
+    probes=3,
+    probe_gap=0.1,
+    backlog=200,
+    drain_timeout=60,
+    overload_seconds=2.0,
+    overload_window=1.0,
+    overload_batch=16,
 )
 
 
@@ -107,6 +130,66 @@ def w4_backlog(peer: Peer, sizes: Sizes) -> dict[str, Any] | None:
     return result
 
 
+def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
+    """Work arriving faster than it drains: does the drain rate hold while the backlog grows?
+
+    The capacity is W2's drain rate (best setting) on a clean table. Then the
+    same workers run while a producer offers ``overload_factor`` x that rate
+    in bulk batches on a wall-clock schedule (no drift), and every window
+    records the completions (jobs enqueued minus jobs pending, differenced),
+    the backlog and the dead tuples of the peer's tables. A queue that keeps
+    its promise completes about its capacity in every window; one whose claim
+    slows down with dead tuples does not.
+    """
+    best = peer.settings()["best"]
+    peer.reset()
+    capacity = drain(peer, best, sizes.drain, sizes)["jobs_s"]
+    peer.reset()
+    peer.analyze()
+    offered = sizes.overload_factor * capacity
+    gap = sizes.overload_batch / offered
+    windows: list[dict[str, Any]] = []
+    enqueued = done_before = 0
+    workers = peer.start_workers(best, drain=False)
+    try:
+        started = time.monotonic()
+        next_batch, next_window, window_start = started, started + sizes.overload_window, started
+        while (now := time.monotonic()) < started + sizes.overload_seconds:
+            if now >= next_batch:
+                peer.enqueue_bulk(sizes.overload_batch)
+                enqueued += sizes.overload_batch
+                next_batch += gap
+            if now >= next_window:
+                backlog = peer.pending()
+                done = enqueued - backlog
+                windows.append(
+                    {
+                        "t_s": round(now - started, 1),
+                        "completed_s": (done - done_before) / (now - window_start),
+                        "backlog": backlog,
+                        "dead_tuples": peer.dead_tuples(),
+                    }
+                )
+                done_before, window_start = done, now
+                next_window += sizes.overload_window
+            if workers.all_exited():
+                raise RuntimeError(f"{peer.name}: workers exited\n{workers.output()}")
+            time.sleep(max(0.0, min(next_batch, next_window) - time.monotonic()))
+    finally:
+        workers.stop()
+    peer.reset()
+    rates = [w["completed_s"] for w in windows]
+    return {
+        "capacity_jobs_s": capacity,
+        "offered_jobs_s": offered,
+        "windows": windows,
+        "median_completed_s": statistics.median(rates),
+        "min_completed_s": min(rates),
+        "min_ratio": min(rates) / capacity,
+        "final_backlog": windows[-1]["backlog"],
+    }
+
+
 def _wait_for(target: str, wanted: set[int], workers: Any, timeout: float) -> dict[int, float]:
     deadline = time.monotonic() + timeout
     while True:
@@ -125,4 +208,10 @@ def _percentile(sorted_values: list[float], pct: float) -> float:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
-ALL = {"w1": w1_enqueue, "w2": w2_drain, "w3": w3_latency, "w4": w4_backlog}
+ALL = {
+    "w1": w1_enqueue,
+    "w2": w2_drain,
+    "w3": w3_latency,
+    "w4": w4_backlog,
+    "w6": w6_overload,
+}

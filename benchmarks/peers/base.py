@@ -161,6 +161,17 @@ class Peer(ABC):
     def last_done(self) -> float | None:
         """Epoch seconds when the last job finished, by the peer's own record."""
 
+    def dead_tuples(self) -> dict[str, int]:
+        """Dead row versions in each of the peer's job tables (the statistics' view)."""
+        if not self.job_tables:
+            return {}
+        rows = pg.execute(
+            self.db,
+            "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+            [self.job_tables],
+        )
+        return {str(name): int(dead) for name, dead in rows}
+
     def analyze(self) -> None:
         """Fresh statistics after queuing, as a running system would have."""
         if self.job_tables:

@@ -22,7 +22,11 @@ class DjangoJobs(Peer):
     burst_argv: ClassVar[list[str] | None] = ["--burst"]
     finished_table = "django_jobs_job"
     finished_where = "state = 'succeeded'"
-    job_tables: ClassVar[list[str]] = ["django_jobs_job"]
+    job_tables: ClassVar[list[str]] = [
+        "django_jobs_job",
+        "django_jobs_attempt",
+        "django_jobs_lease",
+    ]
 
     def settings(self) -> dict[str, WorkerSetting]:
         return {
