@@ -156,7 +156,8 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
         next_batch, next_window, window_start = started, started + sizes.overload_window, started
         while (now := time.monotonic()) < started + sizes.overload_seconds:
             if now >= next_batch:
-                peer.enqueue_bulk(sizes.overload_batch)
+                if not peer.enqueue_bulk(sizes.overload_batch):
+                    peer.enqueue_one(sizes.overload_batch)
                 enqueued += sizes.overload_batch
                 next_batch += gap
             if now >= next_window:
