@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import pg
 from benchmarks.run import ROOT, ensure_venv, venv_python
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -37,6 +36,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def set_autovacuum(value: str | None) -> None:
     """``on``/``off`` for the whole server, or None for the configuration file's value."""
+    from benchmarks import pg  # psycopg: in benchmarks/.venv
+
     with pg.connect("postgres") as conn:
         if value is None:
             conn.execute("ALTER SYSTEM RESET autovacuum")
@@ -46,9 +47,9 @@ def set_autovacuum(value: str | None) -> None:
     time.sleep(1)  # the postmaster rereads it asynchronously
 
 
-def run_peer(peer: str, seconds: float, log: Path, python: Path) -> dict[str, Any]:
+def run_peer(peer: str, seconds: float, log: Path) -> dict[str, Any]:
     db = f"bench_overload_{peer.replace('-', '_')}"
-    argv = [str(python), "-m", "benchmarks.driver", "--peer", peer, "--db", db]
+    argv = [sys.executable, "-m", "benchmarks.driver", "--peer", peer, "--db", db]
     argv += ["--create-db", "--only", "w6", "--overload-seconds", str(seconds)]
     with log.open("w") as stderr:
         done = subprocess.run(
@@ -104,11 +105,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--only", default="django-jobs,pgqueuer,procrastinate")
     parser.add_argument("--autovacuum", default="off,on")
-    parser.add_argument("--no-venv", action="store_true", help="use this Python for the peers")
+    parser.add_argument("--no-venv", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
-    python = Path(sys.executable) if options.no_venv else venv_python()
-    if not options.no_venv:
+    if not options.no_venv:  # again, on benchmarks/.venv's Python, which has the peers
         ensure_venv()
+        argv = [str(venv_python()), "-m", "benchmarks.overload", *sys.argv[1:], "--no-venv"]
+        os.execve(argv[0], argv, {**os.environ, "PYTHONPATH": str(ROOT)})
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -119,7 +121,7 @@ def main() -> None:
             for peer in options.only.split(","):
                 log = RESULTS / f"overload-{stamp}-{mode}-{peer}.log"
                 print(f"overload: autovacuum {mode}, {peer}", flush=True)
-                results.setdefault(mode, {})[peer] = run_peer(peer, options.seconds, log, python)
+                results.setdefault(mode, {})[peer] = run_peer(peer, options.seconds, log)
                 log.unlink(missing_ok=True)
     finally:
         set_autovacuum(None)
