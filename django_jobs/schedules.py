@@ -23,14 +23,24 @@ due tick, and two guards make the race produce exactly one job per tick.
 Which ticks fire (``plan``), with ``now`` the scheduler's clock and *due* ticks
 the cron ticks in ``[next_fire_at, now]``:
 
-* ``skip``: only the latest due tick, and only if it is at most
-  ``SCHEDULE_GRACE_SECONDS`` old; every other due tick is dropped.
+* ``skip``: every due tick at most ``SCHEDULE_GRACE_SECONDS`` old, oldest
+  first (at most ``MAX_CATCH_UP_LIMIT`` of them); older ticks are dropped.
+  A tick one second late is not "missed": only an outage longer than the
+  grace loses ticks.
 * ``catch_up``: the latest ``max_catch_up`` due ticks however old, oldest
   first; older ones are dropped.
 
 Then ``next_fire_at`` becomes the first tick after ``now``. Dropped ticks are
 logged. Ticks are computed by croniter in the schedule's timezone; see
 ``docs/schedules.md`` for what daylight-saving changes do.
+
+When: each scheduler wakes on the wall clock's ``SCHEDULER_SECONDS``
+boundaries (plus a few milliseconds of jitter), not ``SCHEDULER_SECONDS``
+after its last pass: a pass's own duration never accumulates into drift.
+Schedulers that lose the race do not queue up behind the winner either: the
+row is locked with ``SKIP LOCKED`` before the compare-and-set, so a loser
+moves on at once instead of waiting for the winner's commit and falling into
+step with it.
 
 Limits, honestly: a tick fires within about ``SCHEDULER_SECONDS`` of its time
 when a worker is up, not to the millisecond; an enqueue that fails (a full or
@@ -45,6 +55,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -56,7 +67,7 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.utils import timezone
 
 from . import registry
-from .conf import ScheduleSpec
+from .conf import MAX_CATCH_UP_LIMIT, ScheduleSpec
 from .exceptions import EnqueueError, UnknownTaskError
 from .models import Schedule
 from .tasks import JobTask
@@ -123,14 +134,16 @@ def plan(
 ) -> Plan:
     """Decide which due ticks fire; the module docstring states the rule.
 
-    Walks backwards from ``now``, so the work is bounded by ``max_catch_up``
-    however long the schedule went unattended (a per-second cron left alone
-    for a week has 600,000 due ticks; we look at no more than we fire).
+    Walks backwards from ``now``, so the work is bounded by what fires
+    (``max_catch_up``, or the grace under ``skip``) however long the schedule
+    went unattended (a per-second cron left alone for a week has 600,000 due
+    ticks; we look at no more than we fire).
     """
     if next_fire_at > now:
         return Plan((), next_fire_at, False)
     following = next_tick(cron, timezone_name, now)
-    limit = 1 if missed == SKIP else max(1, max_catch_up)
+    limit = MAX_CATCH_UP_LIMIT if missed == SKIP else max(1, max_catch_up)
+    oldest = next_fire_at if missed != SKIP else max(next_fire_at, now - grace)
     # croniter's get_prev is strictly before its start: start a microsecond
     # after now so a tick exactly at now counts as due.
     backwards = croniter(
@@ -138,12 +151,10 @@ def plan(
     )
     due: list[datetime] = []
     tick: datetime = backwards.get_prev(datetime).astimezone(UTC)
-    while tick >= next_fire_at and len(due) < limit:
+    while tick >= oldest and len(due) < limit:
         due.append(tick)
         tick = backwards.get_prev(datetime).astimezone(UTC)
     dropped = tick >= next_fire_at
-    if missed == SKIP and due and now - due[0] > grace:
-        due, dropped = [], True
     return Plan(tuple(reversed(due)), following, dropped)
 
 
@@ -234,8 +245,17 @@ def _fire(backend: JobsBackend, schedule: Schedule, now: datetime, grace: timede
         return 0
     try:
         with transaction.atomic(using=db):
-            # The compare-and-set comes first and decides who fires (module docstring):
-            # losers wait here for the winner's commit, then match no row.
+            # Another scheduler holding the row is firing this tick: move on at
+            # once rather than wait for its commit and fall into step with it.
+            held = (
+                Schedule.objects.using(db)
+                .select_for_update(skip_locked=True)
+                .filter(pk=schedule.pk, next_fire_at=schedule.next_fire_at)
+                .values_list("pk", flat=True)
+            )
+            if not list(held):
+                return 0
+            # The compare-and-set decides who fires (module docstring).
             won = (
                 Schedule.objects.using(db)
                 .filter(pk=schedule.pk, next_fire_at=schedule.next_fire_at, enabled=True)
@@ -381,12 +401,22 @@ class Scheduler:
         self.thread.start()
         return self.thread
 
+    def pause(self) -> float:
+        """Seconds to the next wall-clock boundary of the interval, plus a little jitter.
+
+        Counted from the clock, not from the end of the last pass, so the time
+        a pass takes never accumulates: ticks are found a few milliseconds
+        after they fall due, every time. The jitter (up to 5% of the interval,
+        50 ms at most) keeps schedulers of many workers from all reading the
+        same rows in the same millisecond.
+        """
+        now = time.time()
+        jitter = random.random() * min(0.05, self.interval / 20)
+        return self.interval - (now % self.interval) + jitter
+
     def run(self) -> None:
         synced = False
-        # Workers started together would otherwise poll in lockstep.
-        pause = random.random() * self.interval
-        while not self.stopping.wait(pause):
-            pause = self.interval
+        while not self.stopping.wait(self.pause()):
             try:
                 if not synced:
                     sync(self.backend)

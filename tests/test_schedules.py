@@ -93,6 +93,22 @@ def test_plan__skip_fires_only_the_latest_tick_when_it_is_within_the_grace() -> 
     assert decided.dropped
 
 
+def test_plan__skip_fires_every_tick_within_the_grace_oldest_first() -> None:
+    # A pass that ran a little late finds two per-second ticks due: both are on time.
+    now = NOON + timedelta(seconds=1, milliseconds=50)
+    decided = plan("* * * * * *", "UTC", NOON, now, SKIP, 10, GRACE)
+    assert decided.fire == (NOON, NOON + timedelta(seconds=1))
+    assert not decided.dropped
+    assert decided.next_fire_at == NOON + timedelta(seconds=2)
+
+
+def test_plan__skip_drops_only_the_ticks_older_than_the_grace() -> None:
+    now = NOON + timedelta(seconds=90)
+    decided = plan("* * * * * */10", "UTC", NOON, now, SKIP, 1, GRACE)
+    assert decided.fire == tuple(NOON + timedelta(seconds=s) for s in (30, 40, 50, 60, 70, 80, 90))
+    assert decided.dropped  # 12:00:00, :10 and :20
+
+
 def test_plan__catch_up_fires_the_latest_max_catch_up_ticks_oldest_first() -> None:
     now = NOON.replace(minute=31)
     decided = plan("*/5 * * * *", "UTC", NOON, now, CATCH_UP, 3, GRACE)
@@ -312,6 +328,46 @@ def test_fire__racing_schedulers_in_six_processes_enqueue_each_tick_once(pg: Non
 
 
 # -- the real thing: worker processes ---------------------------------------------------
+
+
+def _seconds_between(ticks: list[datetime]) -> list[float]:
+    return [(b - a).total_seconds() for a, b in itertools.pairwise(ticks)]
+
+
+@pytest.mark.postgres
+def test_workers__a_per_second_schedule_fires_every_tick_once_with_one_and_three_workers(
+    pg: None, start_workers: Callable[..., WorkerProcess]
+) -> None:
+    """90 s of a per-second cron under the default settings and missed policy (skip).
+
+    Both cases run at once: schedule "alone" is fired by the one worker of the
+    "default" backend, "crowded" by the three workers of the "fast" backend
+    (a schedule belongs to one backend alias, and only its workers fire it).
+    """
+    for name, alias in (("alone", "default"), ("crowded", "fast")):
+        make_schedule(
+            name,
+            backend=alias,
+            task_name="tests.testapp.tasks.noop",
+            args=[],
+            cron="* * * * * *",
+            next_fire_at=None,
+        )
+    start_workers("--backend", "default", "-p", "1", "-c", "1")
+    for _ in range(3):
+        start_workers("--backend", "fast", "-p", "1", "-c", "1")
+    started = timezone.now()
+    wait_until(lambda: timezone.now() - started > timedelta(seconds=92), timeout=100, interval=1)
+    Schedule.objects.update(enabled=False)
+
+    for name in ("alone", "crowded"):
+        keys = Job.objects.filter(initiator=f"schedule:{name}").values_list(
+            "idempotency_key", flat=True
+        )
+        ticks = sorted(datetime.fromisoformat(key.split(":", 2)[2]) for key in keys)
+        assert len(ticks) >= 88, (name, len(ticks))
+        # Consecutive seconds from the first to the last: none skipped, none twice.
+        assert _seconds_between(ticks) == [1.0] * (len(ticks) - 1), name
 
 
 @pytest.mark.postgres
