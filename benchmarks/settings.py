@@ -34,5 +34,15 @@ TASKS = {
         "QUEUES": ["plain", "fair"],
         "OPTIONS": {"FAIR_QUEUES": {"fair": {}}},
     },
+    # benchmarks/claim_cost.py: one queue per claim path.
+    "claims": {
+        "BACKEND": "django_jobs.backend.JobsBackend",
+        "QUEUES": ["plain", "fair", "limited", "keyed"],
+        "OPTIONS": {
+            "FAIR_QUEUES": {"fair": {}},
+            "QUEUE_CONCURRENCY": {"limited": 100_000},
+            "KEY_CONCURRENCY": {"keyed": 1_000},
+        },
+    },
 }
 LOGGING = {"version": 1, "disable_existing_loggers": False}

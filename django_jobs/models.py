@@ -356,6 +356,35 @@ class QueueState(models.Model):
         return f"{self.queue} ({'paused' if self.paused else 'running'})"
 
 
+class FairClock(models.Model):
+    """What one tenant of a fair queue has received so far, in virtual time (fairness.py).
+
+    Claims rank a fair queue's tenants by these clocks, so a tenant that got
+    less than its share comes first however long the other's backlog, with
+    one slot free or many. The rows are few (one per queue and tenant) and
+    written after each claim commits, never inside it: claimers never wait
+    for each other on them.
+    """
+
+    queue = models.CharField(max_length=100)
+    tenant = models.CharField(max_length=255, blank=True)
+    start = models.FloatField(help_text="Virtual time at which its latest claimed job started.")
+    finish = models.FloatField(help_text="Virtual time its claims so far add up to.")
+    claims = models.BigIntegerField(help_text="Jobs claimed for it in this queue.")
+    weight = models.FloatField(help_text="Its weight at its latest claim.")
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "tenant"], name="django_jobs_fairclock_queue_tenant"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.tenant or '(no tenant)'} at {self.finish:g}"
+
+
 def paused_queues(db: str = "default") -> set[str]:
     """The names of the queues paused now (the dashboard, ``jobs stats`` and the API show it)."""
     return set(QueueState.objects.using(db).filter(paused=True).values_list("queue", flat=True))

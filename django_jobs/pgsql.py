@@ -57,8 +57,7 @@ def fetch(db: str, sql: str, params: Mapping[str, Any], *, prepare: bool) -> lis
         connection = outer.cursor.connection
         if connection.prepare_threshold is None:
             connection.prepare_threshold = sys.maxsize
-        if connection not in _pinned:
-            pin_plans(db, outer)
+        pin_plans(db)
         with psycopg.Cursor(connection) as cursor:
             cursor.execute(sql, params, prepare=True)
             return cursor.fetchall()
@@ -68,17 +67,27 @@ def fetch(db: str, sql: str, params: Mapping[str, Any], *, prepare: bool) -> lis
 _pinned: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
 
-def pin_plans(db: str, cursor: Any) -> None:
-    """Turn sequential scans (and JIT) off for this session; remember it once it holds.
+def pin_plans(db: str) -> None:
+    """Turn sequential scans (and JIT) off for this session, once; see ``fetch``.
+
+    The claims that count limits in Python (``transitions._claim_constrained``)
+    call this too: their statements lock and update jobs by primary key, and
+    with statistics taken on an empty table PostgreSQL preferred reading the
+    whole table to a hundred key probes.
 
     The SET runs in the caller's transaction, so a rollback undoes it: the
     connection is only marked once that transaction commits (at once in
     autocommit), and a rolled-back one is pinned again on its next statement.
     """
-    cursor.execute(
-        "SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false)"
-    )
-    connection = cursor.cursor.connection
+    wrapper = connections[db]
+    wrapper.ensure_connection()
+    connection = wrapper.connection
+    if connection in _pinned:
+        return
+    with wrapper.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false)"
+        )
     transaction.on_commit(lambda: _pinned.add(connection), using=db)
 
 
@@ -93,7 +102,7 @@ def _states(transition: Transition) -> str:
 # django_jobs_claim_idx (queue, priority DESC, run_after) WHERE state='queued'.
 # now() is the transaction's start, the same instant for every row and lease.
 _PICK_PLAIN = f"""
-    SELECT head.id
+    SELECT head.id, head.state
     FROM unnest(%(queues)s::text[]) AS wanted(queue)
     -- One ordered scan of django_jobs_claim_idx per queue: with a plain
     -- queue = ANY(...) PostgreSQL 15 cannot read that index in order and
@@ -101,7 +110,7 @@ _PICK_PLAIN = f"""
     -- a sequential scan). Each queue yields at most the batch; the best of
     -- them are taken below.
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_after
+        SELECT id, state, priority, run_after
         FROM django_jobs_job
         WHERE state = '{JobState.QUEUED}'
           AND queue = wanted.queue
@@ -131,10 +140,11 @@ _TENANTS = f"""tenants AS (
         FROM tenants WHERE tenants.tenant IS NOT NULL
 """
 
-# A fair queue's pick: the head of each tenant's line (a recursive scan of the
-# distinct tenants on django_jobs_fair_idx, one probe per tenant, then each
-# tenant's next jobs), ranked by (jobs the tenant already runs + turn - 0.5)
-# / weight, so running slots are shared in proportion to the weights.
+# A fair queue's pick (fairness.py): the head of each tenant's line (a
+# recursive scan of the distinct tenants on django_jobs_fair_idx, one probe per
+# tenant, then each tenant's next jobs), ranked by the tenant's clock — what it
+# has received — plus (turn - 0.5) / weight. Each picked row carries its
+# tenant's base, which the worker records on the clock once the claim commits.
 _PICK_FAIR = f"""
     WITH RECURSIVE {_TENANTS}    ), heads AS (
         SELECT head.id, head.priority, head.run_after, tenants.tenant,
@@ -153,39 +163,51 @@ _PICK_FAIR = f"""
         ) AS head
         WHERE tenants.tenant IS NOT NULL
           AND %(queue)s NOT IN (SELECT queue FROM django_jobs_queuestate WHERE paused)
-    ), running AS (
-        SELECT tenant, count(*) AS n FROM django_jobs_job
-        WHERE queue = %(queue)s AND state IN ({_states(Transition.COMPLETE)})
-        GROUP BY tenant
+    ), clocks AS (
+        SELECT clock.tenant, clock.start, clock.finish
+        FROM django_jobs_fairclock AS clock
+        WHERE clock.queue = %(queue)s
+          AND clock.tenant IN (SELECT tenant FROM tenants WHERE tenant IS NOT NULL)
+    ), queue_time AS (
+        SELECT COALESCE(max(clocks.start), 0) AS now FROM clocks
     ), weights AS (
         SELECT * FROM unnest(%(weight_tenants)s::text[], %(weights)s::float8[]) AS w(tenant, weight)
-    ), ranked AS (
-        SELECT heads.id,
-               row_number() OVER (
-                   ORDER BY (COALESCE(running.n, 0) + heads.turn - 0.5)
-                            / COALESCE(weights.weight, 1.0),
-                            heads.priority DESC, heads.run_after) AS place
+    ), based AS (
+        SELECT heads.*, GREATEST(clocks.finish, queue_time.now) AS base,
+               COALESCE(weights.weight, 1.0) AS weight
         FROM heads
-        LEFT JOIN running ON running.tenant = heads.tenant
+        CROSS JOIN queue_time
+        LEFT JOIN clocks ON clocks.tenant = heads.tenant
         LEFT JOIN weights ON weights.tenant = heads.tenant
+    ), ranked AS (
+        SELECT id, base,
+               row_number() OVER (
+                   ORDER BY base + (turn - 0.5) / weight, priority DESC, run_after) AS place
+        FROM based
         ORDER BY place
         LIMIT 2 * %(limit)s
     )
     -- Twice the batch is ranked and locked in rank order, skipping rows that
     -- a concurrent claimer holds: two workers that ranked the same heads then
     -- take consecutive batches of the fair order instead of one taking all and
-    -- the other nothing.
-    SELECT job.id
+    -- the other nothing. The join is on the primary key alone, so its only
+    -- plan is one key probe per ranked row, whatever the statistics say (a
+    -- state condition here let a plan made on an empty table scan every
+    -- queued row instead). The state is read under the lock, and the update
+    -- below takes only rows that are still queued.
+    SELECT job.id, job.state, ranked.base
     FROM ranked JOIN django_jobs_job AS job ON job.id = ranked.id
-    WHERE job.state = '{JobState.QUEUED}'
     ORDER BY ranked.place
     LIMIT %(limit)s
     FOR UPDATE OF job SKIP LOCKED
 """
 
+
 # Everything after the pick: mark the picked rows running and give each an
-# attempt and a lease, in the same statement.
-_CLAIM_REST = f"""
+# attempt and a lease, in the same statement. ``carried`` names columns of the
+# pick passed through to the result (after the job's).
+def _claim_rest(carried: str = "") -> str:
+    return f"""
 ), claimed AS (
     UPDATE django_jobs_job AS job
     SET state = '{TRANSITIONS[Transition.CLAIM].target}',
@@ -193,11 +215,15 @@ _CLAIM_REST = f"""
         started_at = COALESCE(job.started_at, now()),
         updated_at = now()
     FROM picked
-    WHERE job.id = picked.id AND job.state IN ({_states(Transition.CLAIM)})
+    -- The compare-and-set is on the state read under the row lock we hold
+    -- (picked.state), not on job.state: a condition on job.state would let
+    -- the planner read every queued row through a partial index whenever
+    -- the statistics say the queue is short (a table analysed empty).
+    WHERE job.id = picked.id AND picked.state IN ({_states(Transition.CLAIM)})
     RETURNING job.id, job.attempts, job.task_name, job.args, job.kwargs, job.queue,
               job.priority, job.max_attempts, job.timeout, job.tenant,
               job.idempotency_key, job.backend, job.enqueued_at, job.started_at,
-              job.lost_streak, job.run_after
+              job.lost_streak, job.run_after{carried.replace("claimed.", "picked.")}
 ), attempt AS (
     INSERT INTO django_jobs_attempt
         (job_id, number, worker_id, worker_name, outcome, started_at,
@@ -216,7 +242,7 @@ _CLAIM_REST = f"""
 SELECT claimed.id, attempt.id, claimed.attempts, claimed.task_name, claimed.args,
        claimed.kwargs, claimed.queue, claimed.priority, claimed.max_attempts,
        claimed.timeout, claimed.tenant, claimed.idempotency_key, claimed.backend,
-       claimed.enqueued_at, claimed.started_at, lease.expires_at, claimed.lost_streak
+       claimed.enqueued_at, claimed.started_at, lease.expires_at, claimed.lost_streak{carried}
 FROM claimed
 JOIN attempt ON attempt.job_id = claimed.id
 JOIN lease ON lease.job_id = claimed.id
@@ -224,8 +250,33 @@ ORDER BY claimed.priority DESC, claimed.run_after
 
 """
 
-CLAIM = f"WITH picked AS ({_PICK_PLAIN}{_CLAIM_REST}"
-CLAIM_FAIR = f"WITH picked AS ({_PICK_FAIR}{_CLAIM_REST}"
+
+CLAIM = f"WITH picked AS ({_PICK_PLAIN}{_claim_rest()}"
+CLAIM_FAIR = f"WITH picked AS ({_PICK_FAIR}{_claim_rest(', claimed.base')}"
+
+# After a fair claim commits (fairness.record): each served tenant's clock
+# moves on by its jobs / its weight, counted from the base its ranks used or
+# from where another worker's claim left it, if later. Rows are inserted in
+# tenant order, so two workers recording at once lock them in the same order.
+RECORD_FAIR_CLAIMS = """
+INSERT INTO django_jobs_fairclock AS clock
+    (queue, tenant, start, finish, claims, weight, updated_at)
+SELECT %(queue)s, served.tenant,
+       served.base + (served.n - 1) / served.weight,
+       served.base + served.n / served.weight,
+       served.n, served.weight, now()
+FROM unnest(%(tenants)s::text[], %(counts)s::bigint[], %(bases)s::float8[],
+            %(weights)s::float8[]) AS served(tenant, n, base, weight)
+ORDER BY served.tenant
+ON CONFLICT (queue, tenant) DO UPDATE
+SET start = GREATEST(clock.finish, EXCLUDED.finish - EXCLUDED.claims / EXCLUDED.weight)
+            + (EXCLUDED.claims - 1) / EXCLUDED.weight,
+    finish = GREATEST(clock.finish, EXCLUDED.finish - EXCLUDED.claims / EXCLUDED.weight)
+             + EXCLUDED.claims / EXCLUDED.weight,
+    claims = clock.claims + EXCLUDED.claims,
+    weight = EXCLUDED.weight,
+    updated_at = EXCLUDED.updated_at
+"""
 
 # Success, for a batch: end the leases this worker still holds under these
 # tokens, and only for those, mark the job succeeded and the attempt too.

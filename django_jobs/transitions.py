@@ -41,7 +41,7 @@ from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from . import pgsql
+from . import fairness, pgsql
 from .conf import JobsOptions
 from .exceptions import InvalidTransitionError, JobNotFoundError
 from .models import (
@@ -252,9 +252,11 @@ def _lease(
         return []
     now = timezone.now()
     expires = now + timedelta(seconds=lease_seconds)
+    # By primary key alone, for the same reason as the lock: the rows are
+    # locked by this transaction and were queued when it locked them.
     updated = (
         Job.objects.using(db)
-        .filter(id__in=[r.id for r in rows], state__in=_sources(Transition.CLAIM))
+        .filter(id__in=[r.id for r in rows])
         .update(
             state=_target(Transition.CLAIM),
             attempts=F("attempts") + 1,
@@ -332,6 +334,7 @@ def _claim_constrained(
     """
     with transaction.atomic(using=db):
         if connections[db].vendor == "postgresql":
+            pgsql.pin_plans(db)
             with connections[db].cursor() as cursor:
                 cursor.execute(
                     "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_NAMESPACE, queue]
@@ -355,8 +358,9 @@ def _claim_constrained(
         # Room for candidates that per-key limits will turn down.
         per_key = key_limit is not None or key_rate is not None
         want = budget * 4 if per_key else budget
+        fair: dict[uuid.UUID, tuple[str, float]] = {}
         if queue in rules.FAIR_QUEUES:
-            candidates = _fair_candidates(
+            candidates, fair = _fair_candidates(
                 db, queue, want, rules.FAIR_QUEUES[queue], rules.PREPARE_STATEMENTS
             )
         else:
@@ -366,14 +370,22 @@ def _claim_constrained(
                 .values_list("id", "concurrency_key")[:want]
             )
         chosen = _within_key_limits(db, queue, candidates, key_limit, key_rate, budget)
+        # Locked by primary key alone, the state checked on the row as locked:
+        # a state condition in this query let a plan made from statistics
+        # taken on an empty table read every queued row through a partial index.
         locked = {
             job.id: job
-            for job in _ready(db, [queue])
+            for job in Job.objects.using(db)
             .filter(id__in=chosen)
+            .order_by()
             .select_for_update(skip_locked=True, of=("self",))
-            .only(*_CLAIM_FIELDS)
+            .only(*_CLAIM_FIELDS, "state")
         }
-        rows = [locked[job_id] for job_id in chosen if job_id in locked]
+        rows = [
+            locked[job_id]
+            for job_id in chosen
+            if job_id in locked and locked[job_id].state == JobState.QUEUED
+        ]
         if window is not None and rows:
             RateWindow.objects.using(db).filter(pk=window.pk).update(claims=F("claims") + len(rows))
         if key_rate is not None:
@@ -383,6 +395,10 @@ def _claim_constrained(
                 RateWindow.objects.using(db).filter(pk=key_window.pk).update(
                     claims=F("claims") + count
                 )
+        if fair and rows:
+            fairness.record_on_commit(
+                db, queue, _served(fair[row.id] for row in rows), rules.FAIR_QUEUES[queue]
+            )
         return _lease(db, worker, rows, lease_seconds)
 
 
@@ -450,16 +466,12 @@ def _within_key_limits(
 
 def _fair_candidates(
     db: str, queue: str, want: int, weights: Mapping[str, float], prepare: bool
-) -> list[tuple[uuid.UUID, str | None]]:
-    """The next ``want`` jobs of a queue, tenants interleaved by weight.
+) -> tuple[list[tuple[uuid.UUID, str | None]], dict[uuid.UUID, tuple[str, float]]]:
+    """The next ``want`` jobs of a queue in fair order, and each one's tenant and base.
 
-    A tenant already running r jobs has its next job rank at (r + 0.5) / weight,
-    the one after at (r + 1.5) / weight, and so on: running slots are shared
-    in proportion to the weights, and a tenant with 100,000 jobs queued first
-    and one with 10 queued later take turns from the first claim. Only the
-    head of each tenant's line is read (``want`` jobs each), found by a
-    recursive scan of the distinct tenants on django_jobs_fair_idx: the cost
-    grows with the number of tenants, not with the backlog.
+    Only the head of each tenant's line is read (``want`` jobs each), found
+    by a recursive scan of the distinct tenants on django_jobs_fair_idx: the
+    cost grows with the number of tenants, not with the backlog.
     """
     params: dict[str, Any] = {"queue": queue, "state": str(JobState.QUEUED), "k": want}
     if connections[db].vendor == "postgresql":
@@ -468,24 +480,35 @@ def _fair_candidates(
         with connections[db].cursor() as cursor:
             cursor.execute(_SQLITE_FAIR_CANDIDATES, params)
             rows = cursor.fetchall()
-    # Turns continue from what each tenant already runs, so the shares hold
-    # across batches and for long jobs, not just within one claim.
-    per_tenant: dict[str, int] = dict(
-        Job.objects.using(db)
-        .filter(queue=queue, state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources])
-        .values_list("tenant")
-        .annotate(n=Count("id"))
+    heads = [
+        fairness.Head(_as_uuid(job_id), tenant, priority, _as_datetime(run_after), key)
+        for job_id, tenant, priority, run_after, key in rows
+    ]
+    known = fairness.clocks(db, queue, {head.tenant for head in heads})
+    ranked = fairness.order(heads, known, weights)[:want]
+    return (
+        [(head.job_id, head.concurrency_key) for head, _ in ranked],
+        {head.job_id: (head.tenant, start) for head, start in ranked},
     )
-    ranked = []
-    for job_id, tenant, priority, run_after, key in rows:
-        turn = per_tenant.get(tenant, 0) + 1
-        per_tenant[tenant] = turn
-        # Midpoints (turn - 0.5), as in Sainte-Laguë apportionment: each batch
-        # then splits in proportion to the weights, not in favour of the largest.
-        share = (turn - 0.5) / float(weights.get(tenant, 1.0))
-        ranked.append((share, -priority, run_after, job_id, key))
-    ranked.sort(key=lambda row: row[:3])
-    return [(_as_uuid(job_id), key) for *_, job_id, key in ranked[:want]]
+
+
+def _as_datetime(value: Any) -> datetime:
+    """SQLite's raw cursor returns timestamps as text."""
+    if isinstance(value, datetime):
+        return value
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _served(
+    claimed: Iterable[tuple[str, float]],
+) -> dict[str, tuple[int, float]]:
+    """Per tenant: how many jobs a fair claim took, and the base their ranks counted from."""
+    served: dict[str, tuple[int, float]] = {}
+    for tenant, start in claimed:
+        count, _ = served.get(tenant, (0, start))
+        served[tenant] = (count + 1, start)
+    return served
 
 
 def _as_uuid(value: Any) -> uuid.UUID:
@@ -536,6 +559,10 @@ def _claim_postgresql(
     # transaction (and the signals go out at once, after it), inside the
     # worker's report-and-claim transaction it is part of that.
     rows = pgsql.fetch(db, sql, params, prepare=prepare)
+    if fair_weights is not None and rows:
+        fairness.record_on_commit(
+            db, queues[0], _served((row[10], row[17]) for row in rows), fair_weights
+        )
     if signal_listeners(Transition.CLAIM):
         for row in rows:
             send_on_commit(db, row[0], Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)

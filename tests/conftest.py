@@ -8,13 +8,16 @@ the databases.
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,89 @@ def backend_settings(**options: Any) -> dict[str, Any]:
             "OPTIONS": options,
         }
     }
+
+
+@contextmanager
+def statement_plans() -> Iterator[list[dict[str, Any]]]:
+    """The plans of the statements this connection runs in the block, as PostgreSQL ran them.
+
+    ``auto_explain`` (EXPLAIN ANALYZE, JSON) sent to this client: the plans of
+    prepared statements too, and of psycopg cursors Django does not see.
+    """
+    connection = connections["default"]
+    connection.ensure_connection()
+    raw = connection.connection
+    plans: list[dict[str, Any]] = []
+
+    def collect(diagnostic: Any) -> None:
+        text = diagnostic.message_primary or ""
+        if text.startswith("duration:") and "plan:" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1]))
+
+    raw.add_notice_handler(collect)
+    with connection.cursor() as cursor:
+        cursor.execute("LOAD 'auto_explain'")
+        for name, value in (
+            ("auto_explain.log_min_duration", "0"),
+            ("auto_explain.log_analyze", "on"),
+            ("auto_explain.log_format", "json"),
+            ("client_min_messages", "log"),
+        ):
+            cursor.execute("SELECT set_config(%s, %s, false)", [name, value])
+    try:
+        yield plans
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('client_min_messages', 'notice', false)")
+            cursor.execute("SELECT set_config('auto_explain.log_min_duration', '-1', false)")
+        raw.remove_notice_handler(collect)
+
+
+def analyse_empty_tables() -> None:
+    """Statistics as a new deployment has them: taken while our tables were empty.
+
+    Autovacuum then analyses again only after enough rows changed (never, on
+    a server with it off, or while a long transaction holds it back); tests of
+    plans and of throughput under a backlog start from here and never ANALYZE.
+    """
+    from django.apps import apps
+
+    with connections["default"].cursor() as cursor:
+        for model in apps.get_app_config("django_jobs").get_models():
+            cursor.execute(f"ANALYZE {model._meta.db_table}")
+
+
+def one_slot_fair_order(db: str, backend: str, queue: str, options: dict[str, Any]) -> list[str]:
+    """Tenants in claim order, one job per claim: 2,000 of tenant a's, then 100 of c's arrive.
+
+    What one worker with one thread sees: each job has succeeded before the
+    next claim, so nothing runs at any claim and a ranking by what runs now
+    cannot tell the tenants apart. Three claims are made before c's jobs
+    arrive, 200 after.
+    """
+    from django_jobs import AttemptOutcome, enqueue_many, transitions
+    from django_jobs.conf import JobsOptions
+    from tests.testapp import tasks
+
+    me = transitions.WorkerIdentity(uuid.uuid4(), "one slot")
+    fair = JobsOptions.from_mapping(backend, options)
+    noop = tasks.noop.using(backend=backend, queue_name=queue)
+
+    def claim_one() -> list[str]:
+        got = transitions.claim(db, me, [queue], 1, 30.0, fair)
+        done = [
+            transitions.Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED)
+            for c in got
+        ]
+        transitions.finish(db, me.id, done, fair)
+        return [c.tenant for c in got]
+
+    enqueue_many(noop.using(tenant="a"), [((), {})] * 2000)
+    order = claim_one() + claim_one() + claim_one()
+    enqueue_many(noop.using(tenant="c"), [((), {})] * 100)
+    for _ in range(200):
+        order += claim_one()
+    return order
 
 
 def run_in_processes(target: Callable[[Any], None], count: int) -> list[Any]:

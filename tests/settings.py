@@ -145,6 +145,12 @@ TASKS = {
             "KEY_RATE_LIMITS": {"keyrated": (2, 1.0)},
         },
     },
+    # A fair queue exactly as docs/flow.md sets one up, every other option at its default.
+    "fair": {
+        "BACKEND": "django_jobs.backend.JobsBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"FAIR_QUEUES": {"default": {}}},
+    },
     "sqlite": {
         "BACKEND": "django_jobs.backend.JobsBackend",
         "QUEUES": ["default", "other"],

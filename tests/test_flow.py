@@ -8,19 +8,21 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.db.models import Max
 from django.tasks import task_backends
 from django.test import override_settings
 
 from django_jobs import JobState, control, enqueue_many, transitions
 from django_jobs.conf import JobsOptions
 from django_jobs.exceptions import NotAJobsBackendError
-from django_jobs.models import Job, QueueEvent
+from django_jobs.models import Attempt, Job, QueueEvent
 from django_jobs.transitions import WorkerIdentity
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, analyse_empty_tables, one_slot_fair_order, wait_until
 from tests.testapp import tasks
 from tests.testapp.models import Probe
 
@@ -136,16 +138,30 @@ def bulk_queue(tenant: str, count: int) -> None:
 
 
 def test_fairness__a_small_tenant_is_not_starved_by_a_huge_backlog(pg: None) -> None:
+    analyse_empty_tables()
     bulk_queue("tenant-a", 100_000)
     bulk_queue("tenant-b", 100)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE django_jobs_job")
     order: list[str] = []
     while len(order) < 400:
         order += [c.tenant for c in claim(["fair"], limit=10)]
     last_b = max(i for i, tenant in enumerate(order) if tenant == "tenant-b")
     assert Counter(order[:200]) == {"tenant-a": 100, "tenant-b": 100}
     assert last_b < 200
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"FAIR_QUEUES": {"fair": {}}},  # the one-statement claim
+        {"FAIR_QUEUES": {"fair": {}}, "QUEUE_CONCURRENCY": {"fair": 10_000}},  # counted, locked
+    ],
+    ids=["fair", "fair-and-limited"],
+)
+def test_fairness__with_one_free_slot_a_late_tenant_takes_every_other_claim(
+    pg: None, options: dict[str, Any]
+) -> None:
+    order = one_slot_fair_order("default", "flow", "fair", options)
+    assert (order[:3], Counter(order[3:])) == (["a"] * 3, {"a": 100, "c": 100})
 
 
 def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
@@ -177,6 +193,29 @@ def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_not_nothing(pg
     assert {c.job_id for c in first}.isdisjoint(c.job_id for c in others)
     assert Counter(c.tenant for c in first) == {"tenant-a": 2, "tenant-b": 2}
     assert Counter(c.tenant for c in others) == {"tenant-a": 2, "tenant-b": 2}
+
+
+@pytest.mark.parametrize(("processes", "threads"), [(1, 1), (2, 1), (2, 16)])
+def test_workers__a_late_tenant_gets_its_100_jobs_within_250_claims_of_a_20000_job_backlog(
+    pg: None, start_workers: Start, processes: int, threads: int
+) -> None:
+    """Real workers, the documented settings, statistics taken on the empty table."""
+    analyse_empty_tables()
+    start_workers("--backend", "fair", "--processes", str(processes), "--concurrency", str(threads))
+    noop = tasks.noop.using(backend="fair")
+    enqueue_many(noop.using(tenant="a"), [((), {})] * 20_000)
+    wait_until(lambda: Attempt.objects.count() >= 50)  # the backlog is being worked on
+    with transaction.atomic():  # every claim of b's jobs comes after `since`
+        enqueue_many(noop.using(tenant="b"), [((), {})] * 100)
+        since = Attempt.objects.aggregate(last=Max("id"))["last"]
+    after = Attempt.objects.filter(id__gt=since)
+    wait_until(
+        lambda: after.filter(job__tenant="b").count() == 100 or after.count() > 2_000, timeout=120
+    )
+    last_b = after.filter(job__tenant="b").aggregate(last=Max("id"))["last"]
+    claims_until_b_done = after.filter(id__lte=last_b).count()
+    assert after.filter(job__tenant="b").count() == 100
+    assert claims_until_b_done <= 250, f"{claims_until_b_done} claims until b's last"
 
 
 # -- rate limits and polling -----------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -11,6 +12,7 @@ from django.utils import timezone
 
 from django_jobs import JobState, enqueue_many
 from django_jobs.models import Attempt, Dependency, Job
+from tests.conftest import one_slot_fair_order
 from tests.testapp import tasks
 
 Burst = Callable[..., str]
@@ -103,3 +105,8 @@ def test_sqlite__enqueue_many_after_a_job_writes_waiting_jobs_and_their_dependen
     jobs = Job.objects.using("sqlite")
     assert [jobs.get(id=r.id).state for r in results] == [JobState.WAITING] * 2
     assert Dependency.objects.using("sqlite").count() == 2
+
+
+def test_sqlite__with_one_free_slot_a_late_tenant_takes_every_other_claim() -> None:
+    order = one_slot_fair_order("sqlite", "sqlite", "default", {"FAIR_QUEUES": {"default": {}}})
+    assert (order[:3], Counter(order[3:])) == (["a"] * 3, {"a": 100, "c": 100})

@@ -1,0 +1,89 @@
+"""Every claim path keeps its indexed plan when the statistics are stale.
+
+A deployment starts on empty tables; PostgreSQL's statistics say "empty"
+until autovacuum next analyses them (never, on a server with autovacuum off,
+or while a long transaction pins it), and a worker's prepared statements keep
+the plan they got first. A claim's cost must not depend on that: each test
+here analyses the empty tables, fills a 20,000-job backlog without analysing
+again, and reads the plans PostgreSQL really ran (``auto_explain``) for
+several full batches in a row, past the point where prepared statements
+switch to their generic plan. A claim that reads the heads of its index reads
+a few hundred job rows; one planned for the empty table reads the backlog.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from django_jobs import enqueue_many, transitions
+from django_jobs.conf import JobsOptions
+from django_jobs.transitions import WorkerIdentity
+from tests.conftest import analyse_empty_tables, statement_plans
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.postgres
+
+BACKLOG = 20_000
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def job_rows_read(entry: dict[str, Any]) -> int:
+    """Rows of the job table a statement's scans produced or threw away, over all their loops."""
+    return sum(
+        (
+            int(node.get("Actual Rows", 0))
+            + int(node.get("Rows Removed by Filter", 0))
+            + int(node.get("Rows Removed by Index Recheck", 0))
+        )
+        * int(node.get("Actual Loops", 1))
+        for node in nodes(entry["Plan"])
+        if node.get("Relation Name") == "django_jobs_job"
+    )
+
+
+RULES = {
+    "plain": {},
+    "fair": {"FAIR_QUEUES": {"other": {}}},
+    "fair-limited": {"FAIR_QUEUES": {"other": {}}, "QUEUE_CONCURRENCY": {"other": 10_000}},
+    "limited": {"QUEUE_CONCURRENCY": {"other": 10_000}},
+    "keyed": {"KEY_CONCURRENCY": {"other": 5}},
+    "rated": {"RATE_LIMITS": {"other": (10_000, 60.0)}},
+    "keyrated": {"KEY_RATE_LIMITS": {"other": (5, 60.0)}},
+}
+
+
+@pytest.mark.parametrize("batch", [1, 10, 100])  # one free slot … CLAIM_BATCH
+@pytest.mark.parametrize("path", list(RULES))
+def test_claim__reads_only_the_heads_of_its_index_when_statistics_were_taken_on_an_empty_table(
+    pg: None, path: str, batch: int
+) -> None:
+    analyse_empty_tables()
+    job = tasks.noop.using(queue_name="other")
+    enqueue_many(job.using(tenant="a"), [((), {})] * BACKLOG)
+    enqueue_many(job.using(tenant="b"), [((), {})] * 100)
+    if "key" in path:  # 2,000 concurrency keys, interleaved as many senders make them
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE django_jobs_job SET concurrency_key = 'k' || (random() * 2000)::int"
+            )
+    rules = JobsOptions.from_mapping("default", RULES[path])
+    me = WorkerIdentity(uuid.uuid4(), "plans")
+    batches = []
+    with statement_plans() as plans:
+        for _ in range(8):  # prepared statements switch to a generic plan after five
+            with transaction.atomic():
+                batches.append(len(transitions.claim("default", me, ["other"], batch, 30.0, rules)))
+    worst = max(plans, key=job_rows_read)
+    assert batches == [batch] * 8
+    assert job_rows_read(worst) < 2_000, json.dumps(worst, indent=1)
