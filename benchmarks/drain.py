@@ -65,13 +65,18 @@ def queue_jobs(count: int) -> None:
         cursor.execute("VACUUM ANALYZE django_jobs_job")
 
 
-def drain(worker_args: list[str]) -> float:
-    """Run workers until the queue is empty; return jobs/s from start to the last finish."""
+def drain(worker_args: list[str], receiver: bool = False) -> float:
+    """Run workers until the queue is empty; return jobs/s from start to the last finish.
+
+    ``receiver``: each worker connects a no-op ``job_transitioned`` receiver.
+    """
     from django.db.models import Count, Max
 
     from django_jobs.models import Job
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "benchmarks.settings"}
+    if receiver:
+        env["BENCH_TRANSITION_RECEIVER"] = "1"
     from django.utils import timezone
 
     started = timezone.now()
@@ -99,22 +104,41 @@ def main() -> None:
         help='a named runworkers setting, e.g. 1x4:"-p 1 -c 4" (repeatable)',
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--with-receiver",
+        action="store_true",
+        help="run every setting also with a catch-all job_transitioned receiver connected "
+        "(named SETTING+receiver)",
+    )
     options = parser.parse_args()
     settings = [s.split(":", 1) for s in options.setting] or [["1x4", "-p 1 -c 4"]]
+    cases = [(name, args, False) for name, args in settings]
+    if options.with_receiver:
+        cases = [c for name, args in settings for c in ((name, args, False), (name, args, True))]
     setup_django()
     ensure_database()
     results: dict[str, list[float]] = {}
     for run in range(options.runs):
-        for name, args in settings:  # interleaved, so drift hits every setting alike
+        for name, args, receiver in cases:  # interleaved, so drift hits every case alike
+            label = f"{name}+receiver" if receiver else name
             queue_jobs(options.jobs)
-            rate = drain(shlex.split(args))
-            results.setdefault(name, []).append(rate)
-            print(f"run {run + 1} {name}: {rate:,.0f} jobs/s", flush=True)
+            rate = drain(shlex.split(args), receiver)
+            results.setdefault(label, []).append(rate)
+            print(f"run {run + 1} {label}: {rate:,.0f} jobs/s", flush=True)
     print(f"\n{'setting':<10} {'median jobs/s':>14} {'min-max':>18}")
     for name, rates in results.items():
         print(
             f"{name:<10} {statistics.median(rates):>14,.0f} {min(rates):>8,.0f}-{max(rates):<8,.0f}"
         )
+    for name, _ in settings:
+        if f"{name}+receiver" in results:
+            ratios = [
+                w / wo for w, wo in zip(results[f"{name}+receiver"], results[name], strict=True)
+            ]
+            print(
+                f"{name}: with / without a receiver {statistics.median(ratios):.2f} "
+                f"(same-run ratios {', '.join(f'{r:.2f}' for r in ratios)})"
+            )
     if options.json:
         options.json.write_text(
             json.dumps({"jobs": options.jobs, "runs": results, "at": time.time()}, indent=2)

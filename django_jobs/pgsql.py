@@ -297,7 +297,7 @@ WITH report AS (
       AND current.id = lease.job_id
       AND current.attempts = lease.token
       AND current.state IN ({_states(Transition.COMPLETE)})
-    RETURNING lease.job_id, lease.attempt_id, lease.token
+    RETURNING lease.job_id, lease.attempt_id, lease.token, current.state AS was
 ), job AS (
     UPDATE django_jobs_job AS job
     SET state = '{TRANSITIONS[Transition.COMPLETE].target}',
@@ -333,7 +333,7 @@ WITH report AS (
     ) AS met
     WHERE waiting.id = met.job_id
       AND waiting.state IN ({_states(Transition.DEPENDENCIES_MET)})
-    RETURNING waiting.queue, waiting.state
+    RETURNING waiting.id, waiting.queue, waiting.state
 ), woken AS (
     -- The queues of the jobs just queued: their workers are woken at the
     -- commit, like an enqueue's (wakeup.py). Read by the last column below,
@@ -353,7 +353,12 @@ WITH report AS (
     WHERE id = %(worker_id)s
     RETURNING id
 )
-SELECT ended.job_id, ended.token, job.id IS NOT NULL, (SELECT count(*) FROM woken)
+-- Each applied success with the state it left, and (on every row) the jobs
+-- it queued: the signals are sent from these rows, so connecting a receiver
+-- never moves a completion off this statement.
+SELECT ended.job_id, ended.token, job.id IS NOT NULL, ended.was, (SELECT count(*) FROM woken),
+       (SELECT array_agg(released.id) FROM released
+        WHERE released.state = '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}')
 FROM ended LEFT JOIN job ON job.id = ended.job_id
 """
 

@@ -681,7 +681,8 @@ def finish(
     if not reports:
         return done
     rules = rules or JobsOptions()
-    fast = [r for r in reports if _plain_success(r)] if _one_statement_completes(db) else []
+    postgresql = connections[db].vendor == "postgresql"
+    fast = [r for r in reports if _plain_success(r)] if postgresql else []
     if fast:
         applied = _complete_postgresql(db, worker_id, fast, rules.PREPARE_STATEMENTS)
         done.applied.extend((r, JobState.SUCCEEDED) for r in fast if _key(r) in applied)
@@ -805,18 +806,6 @@ def _release_dependents(db: str, succeeded: Sequence[uuid.UUID], now: datetime) 
         )
 
 
-def _one_statement_completes(db: str) -> bool:
-    """Whether successes may go through pgsql.COMPLETE, which sends no signals.
-
-    Asked once per batch, not per report: it is on every worker's hot path.
-    """
-    return (
-        connections[db].vendor == "postgresql"
-        and not signal_listeners(Transition.COMPLETE)
-        and not signal_listeners(Transition.DEPENDENCIES_MET)
-    )
-
-
 def _plain_success(report: Report) -> bool:
     return report.outcome == AttemptOutcome.SUCCEEDED and report.progress is None
 
@@ -843,6 +832,14 @@ def _complete_postgresql(
     # The statement ends only leases whose job it then updates; anything else
     # would be a write that bypassed this module.
     assert all(row[2] for row in rows), "a lease ended without its job"
+    if signal_listeners(Transition.COMPLETE):
+        for job_id, _, _, was, *_ in rows:
+            send_on_commit(db, job_id, Transition.COMPLETE, was, JobState.SUCCEEDED)
+    if rows and rows[0][5] and signal_listeners(Transition.DEPENDENCIES_MET):
+        for job_id in rows[0][5]:
+            send_on_commit(
+                db, job_id, Transition.DEPENDENCIES_MET, JobState.WAITING, JobState.QUEUED
+            )
     return {(job_id, token) for job_id, token, *_ in rows}
 
 

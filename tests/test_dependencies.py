@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,10 +18,10 @@ from django_jobs import (
     enqueue_many,
 )
 from django_jobs.models import Dependency, Job, JobEvent
-from django_jobs.signals import job_succeeded
+from django_jobs.signals import job_transitioned
 from django_jobs.states import AttemptOutcome
-from django_jobs.transitions import Claimed, Report, WorkerIdentity, claim, finish
-from tests.conftest import listen_for_wakeups, run_in_processes
+from django_jobs.transitions import Claimed, Progress, Report, WorkerIdentity, claim, finish
+from tests.conftest import listen_for_wakeups, run_in_processes, statement_plans
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
@@ -48,22 +48,31 @@ def succeed(claimed: list[Claimed], worker: WorkerIdentity = ME) -> None:
     finish(DB, worker.id, reports)
 
 
+Succeed = Callable[[list[Claimed]], None]
+
+
 @pytest.fixture(params=["one statement", "orm"])
-def completion_path(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Both ways a success is written: pgsql.COMPLETE, and the ORM (taken when
-    anyone listens for job_succeeded)."""
+def completion_path(request: pytest.FixtureRequest) -> Succeed:
+    """Both ways a success is written: pgsql.COMPLETE for a batch of plain
+    successes, and the ORM, job by job, for one that also carries its last
+    progress."""
     if request.param == "one statement":
-        yield request.param
-        return
+        return succeed
 
-    def listener(**kwargs: Any) -> None:
-        pass
+    def succeed_with_progress(claimed: list[Claimed]) -> None:
+        reports = [
+            Report(
+                c.job_id,
+                c.token,
+                c.attempt_id,
+                AttemptOutcome.SUCCEEDED,
+                progress=Progress(1, 1, "done"),
+            )
+            for c in claimed
+        ]
+        finish(DB, ME.id, reports)
 
-    job_succeeded.connect(listener)
-    try:
-        yield request.param
-    finally:
-        job_succeeded.disconnect(listener)
+    return succeed_with_progress
 
 
 # -- enqueue ------------------------------------------------------------------------------------
@@ -171,31 +180,57 @@ def test_after__enqueue_many_after_a_missing_job_is_refused(pg: None) -> None:
 
 
 def test_after__the_last_dependency_to_succeed_queues_the_job(
-    pg: None, completion_path: str
+    pg: None, completion_path: Succeed
 ) -> None:
     first, second = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
     child = tasks.add.using(after=[first, second]).enqueue(5, 6)
     claimed = {str(c.job_id): c for c in claim_all()}
 
-    succeed([claimed[first.id]])
+    completion_path([claimed[first.id]])
     after_one = state_of(child)
-    succeed([claimed[second.id]])
+    completion_path([claimed[second.id]])
 
     assert (after_one, state_of(child)) == ((JobState.WAITING, 1), (JobState.QUEUED, 0))
 
 
 def test_after__the_success_that_queues_a_job_wakes_its_queues_workers_at_commit(
-    pg: None, completion_path: str
+    pg: None, completion_path: Succeed
 ) -> None:
     parent = tasks.add.enqueue(1, 2)
     tasks.add.using(after=[parent], queue_name="other").enqueue(3, 4)
     claimed = claim_all()
 
     with listen_for_wakeups() as listener:
-        succeed(claimed)
+        completion_path(claimed)
         notes = [n.payload for n in listener.notifies(timeout=0.5)]
 
     assert notes == ["other"]
+
+
+def test_after__a_receiver_gets_every_success_and_release_and_the_batch_stays_one_statement(
+    pg: None,
+) -> None:
+    parents = [tasks.add.enqueue(n, n) for n in range(3)]
+    child = tasks.add.using(after=parents).enqueue(1, 2)
+    claimed = claim_all()
+    heard: list[tuple[str, str, str]] = []
+
+    def receiver(job_id: uuid.UUID, from_state: str, to_state: str, **kwargs: Any) -> None:
+        heard.append((str(job_id), from_state, to_state))
+
+    job_transitioned.connect(receiver)
+    try:
+        with statement_plans() as plans:
+            succeed(claimed)
+    finally:
+        job_transitioned.disconnect(receiver)
+
+    job_writes = [p["Query Text"] for p in plans if "django_jobs_job" in p["Query Text"]]
+    assert (len(job_writes), job_writes[0].lstrip().startswith("WITH report AS")) == (1, True)
+    assert sorted(heard) == sorted(
+        [(p.id, JobState.RUNNING, JobState.SUCCEEDED) for p in parents]
+        + [(child.id, JobState.WAITING, JobState.QUEUED)]
+    )
 
 
 def test_after__a_failed_dependency_leaves_the_job_waiting_for_a_retry(
