@@ -5,10 +5,11 @@ held in quarantine; how long the oldest due job has waited; how many jobs
 finished in the last 5 minutes and the last hour, and how many of those ended
 in failure. Then the live workers, with the stale ones marked.
 
-Every number is read with a bounded query that an index serves: live states
-through the partial claim/lease indexes, finished work through the
-``finished_at`` index limited to the last hour. Nothing here counts the whole
-history, which is most of a production table.
+The numbers come from ``statistics.queue_stats``, as the API's and ``jobs
+stats``'s do, limited to the live states: each is read with a bounded query
+that an index serves (live states through the partial claim/lease indexes,
+finished work through the ``finished_at`` index limited to the last hour).
+Nothing here counts the whole history, which is most of a production table.
 
 Each queue row has Pause/Resume (``pause_view``, permission
 ``django_jobs.pause_queue``, through ``control.pause_queue``). Schedules are
@@ -18,14 +19,12 @@ the schedules page has them all).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Min, Q
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -41,12 +40,11 @@ from .. import control
 from ..backend import jobs_backend
 from ..models import Job, Schedule, Worker, leases_held, paused_queues
 from ..states import JobState
+from ..statistics import WINDOWS, QueueStats, queue_stats
 
 if TYPE_CHECKING:
     from .jobs import JobAdmin
 
-# Finished states that mean the job did not do its work.
-FAILURE_STATES = (JobState.FAILED, JobState.EXHAUSTED, JobState.EXPIRED)
 # States an operator must look at: they will not move on their own.
 HELD_STATES = (JobState.QUARANTINED,)
 SHOWN_STATES = (
@@ -56,25 +54,7 @@ SHOWN_STATES = (
     JobState.CANCELLING,
     *HELD_STATES,
 )
-WINDOWS = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1)}
 SCHEDULES_SHOWN = 50
-
-
-@dataclass
-class QueueStats:
-    name: str
-    depth: dict[str, int] = field(default_factory=dict)
-    scheduled: int = 0
-    # The earliest run_after among due jobs: a job waits from when it became
-    # due (a retry, from the end of its backoff), as the CLI and the API count.
-    oldest_due: datetime | None = None
-    finished: dict[str, int] = field(default_factory=dict)
-    succeeded: dict[str, int] = field(default_factory=dict)
-    failures: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def due(self) -> int:
-        return self.depth.get(JobState.QUEUED, 0) - self.scheduled
 
 
 @dataclass(frozen=True)
@@ -83,56 +63,6 @@ class WorkerRow:
     running: int
     stale: bool
     heartbeat_age: timedelta
-
-
-def queue_stats(db: str, queues: set[str], now: datetime) -> list[QueueStats]:
-    stats: dict[str, QueueStats] = {name: QueueStats(name) for name in queues}
-
-    def get(name: str) -> QueueStats:
-        return stats.setdefault(name, QueueStats(name))
-
-    live = (
-        Job.objects.using(db)
-        .filter(state__in=SHOWN_STATES)
-        .values("queue", "state")
-        .annotate(
-            n=Count("pk"),
-            scheduled=Count("pk", filter=Q(state=JobState.QUEUED, run_after__gt=now)),
-            oldest_due=Min("run_after", filter=Q(state=JobState.QUEUED, run_after__lte=now)),
-        )
-        .order_by()
-    )
-    for row in live:
-        queue = get(row["queue"])
-        queue.depth[row["state"]] = row["n"]
-        if row["state"] == JobState.QUEUED:
-            queue.scheduled = row["scheduled"]
-            queue.oldest_due = row["oldest_due"]
-
-    since = {key: now - span for key, span in WINDOWS.items()}
-    aggregates: dict[str, Any] = {}
-    for key, start in since.items():
-        aggregates[f"finished_{key}"] = Count("pk", filter=Q(finished_at__gte=start))
-        aggregates[f"succeeded_{key}"] = Count(
-            "pk", filter=Q(finished_at__gte=start, state=JobState.SUCCEEDED)
-        )
-        aggregates[f"failures_{key}"] = Count(
-            "pk", filter=Q(finished_at__gte=start, state__in=FAILURE_STATES)
-        )
-    recent: Iterable[Mapping[str, Any]] = (
-        Job.objects.using(db)
-        .filter(finished_at__gte=min(since.values()))
-        .values("queue")
-        .annotate(**aggregates)
-        .order_by()
-    )
-    for totals in recent:
-        queue = get(totals["queue"])
-        for key in WINDOWS:
-            queue.finished[key] = totals[f"finished_{key}"]
-            queue.succeeded[key] = totals[f"succeeded_{key}"]
-            queue.failures[key] = totals[f"failures_{key}"]
-    return sorted(stats.values(), key=lambda q: q.name)
 
 
 def live_workers(db: str, now: datetime, stale_after: timedelta) -> list[WorkerRow]:
@@ -153,19 +83,19 @@ def live_workers(db: str, now: datetime, stale_after: timedelta) -> list[WorkerR
     ]
 
 
-def _row(queue: QueueStats, now: datetime, paused: set[str]) -> dict[str, Any]:
+def _row(queue: QueueStats, paused: set[str]) -> dict[str, Any]:
     """One table row, every cell computed here so the template only prints."""
     return {
-        "name": queue.name,
-        "due": queue.due,
+        "name": queue.queue,
+        "due": queue.ready,
         "scheduled": queue.scheduled,
-        "depth": [queue.depth.get(s, 0) for s in SHOWN_STATES if s != JobState.QUEUED],
+        "depth": [queue.by_state[s] for s in SHOWN_STATES if s != JobState.QUEUED],
         "oldest_due": queue.oldest_due,
-        "finished": [queue.finished.get(key, 0) for key in WINDOWS],
-        "succeeded": [queue.succeeded.get(key, 0) for key in WINDOWS],
-        "failures": [queue.failures.get(key, 0) for key in WINDOWS],
-        "failing": any(queue.failures.values()),
-        "paused": queue.name in paused,
+        "finished": [queue.finished[key] for key in WINDOWS],
+        "succeeded": [queue.succeeded[key] for key in WINDOWS],
+        "failures": [queue.failed[key] for key in WINDOWS],
+        "failing": any(queue.failed.values()),
+        "paused": queue.queue in paused,
     }
 
 
@@ -175,7 +105,9 @@ def view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
     backend = jobs_backend("default")
     now = timezone.now()
     stale_after = timedelta(seconds=backend.settings.WORKER_STALE_SECONDS)
-    queues = queue_stats(backend.db, set(backend.queues or ()), now)
+    queues = queue_stats(
+        Job.objects.using(backend.db), backend.queues or (), now, states=SHOWN_STATES
+    )
     workers = live_workers(backend.db, now, stale_after)
     paused = paused_queues(backend.db)
     opts = model_admin.model._meta
@@ -185,7 +117,7 @@ def view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
         "subtitle": None,
         "opts": opts,
         "now": now,
-        "queues": [_row(queue, now, paused) for queue in queues],
+        "queues": [_row(queue, paused) for queue in queues],
         "can_pause": request.user.has_perm("django_jobs.pause_queue"),
         "depth_states": [state for state in SHOWN_STATES if state != JobState.QUEUED],
         "workers": workers,

@@ -254,7 +254,7 @@ class QueueStatsSerializer(serializers.Serializer[Any]):
         allow_null=True, help_text="Seconds that job has been waiting to be claimed."
     )
     succeeded_last_hour = serializers.IntegerField()
-    failed_last_hour = serializers.IntegerField(help_text="Ended failed or exhausted.")
+    failed_last_hour = serializers.IntegerField(help_text="Ended failed, exhausted or expired.")
     paused = serializers.BooleanField(help_text="Workers claim nothing from it until resumed.")
 
 

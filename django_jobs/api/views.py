@@ -27,7 +27,6 @@ from rest_framework.views import APIView
 
 from django_jobs import control
 from django_jobs.backend import jobs_backend
-from django_jobs.cli.stats import queue_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
 from django_jobs.models import (
     Attempt,
@@ -38,6 +37,7 @@ from django_jobs.models import (
     paused_queues,
 )
 from django_jobs.states import TRANSITIONS, JobState, django_status
+from django_jobs.statistics import queue_stats
 
 from .conf import api_settings
 from .filters import JobFilter, JobFilterBackend, KnownParametersFilter, StrictOrderingFilter
@@ -245,19 +245,20 @@ class QueueStatsView(APIView):
         now = timezone.now()
         backend = jobs_backend(settings.backend)
         paused = paused_queues(settings.database)
-        # The same numbers as `manage.py jobs stats`, over the jobs this caller may see.
+        # The numbers of `manage.py jobs stats` and the dashboard (statistics.py),
+        # over the jobs this caller may see.
         data = [
             {
                 "queue": stats.queue,
                 "depth": {state.value: stats.by_state[state.value] for state in JobState},
-                "ready": stats.by_state[JobState.QUEUED] - stats.scheduled,
+                "ready": stats.ready,
                 "scheduled": stats.scheduled,
-                "oldest_ready_at": None if stats.oldest_ready is None else now - stats.oldest_ready,
+                "oldest_ready_at": stats.oldest_due,
                 "oldest_ready_age": None
-                if stats.oldest_ready is None
-                else max(0.0, stats.oldest_ready.total_seconds()),
-                "succeeded_last_hour": stats.succeeded_last_hour,
-                "failed_last_hour": stats.failed_last_hour,
+                if (waited := stats.waited(now)) is None
+                else max(0.0, waited.total_seconds()),
+                "succeeded_last_hour": stats.succeeded["1h"],
+                "failed_last_hour": stats.failed["1h"],
                 "paused": stats.queue in paused,
             }
             for stats in queue_stats(jobs, backend.queues or (), now)

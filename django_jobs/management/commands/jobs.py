@@ -31,10 +31,10 @@ from django_jobs import control, dependencies, registry, retention
 from django_jobs.backend import JobsBackend, jobs_backend
 from django_jobs.cli import render
 from django_jobs.cli.arguments import non_negative_float, positive_float, positive_int
-from django_jobs.cli.stats import queue_stats, worker_stats
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
 from django_jobs.models import Attempt, Job, JobEvent, paused_queues
 from django_jobs.states import TRANSITIONS, VERBS, JobState
+from django_jobs.statistics import queue_stats, worker_stats
 from django_jobs.tasks import JobTask
 
 LIST_LIMIT = 50
@@ -401,9 +401,9 @@ class Command(BaseCommand):
                         q.queue,
                         *(str(q.by_state[s]) for s in states),
                         str(q.scheduled),
-                        render.age(q.oldest_ready) if q.oldest_ready is not None else "-",
-                        str(q.succeeded_last_hour),
-                        str(q.failed_last_hour),
+                        render.age(waited) if (waited := q.waited(now)) is not None else "-",
+                        str(q.succeeded["1h"]),
+                        str(q.failed["1h"]),
                         "yes" if q.queue in paused else "no",
                     )
                     for q in stats
