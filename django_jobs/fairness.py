@@ -116,7 +116,11 @@ def clocks(db: str, queue: str, tenants: Iterable[str]) -> dict[str, Clock]:
 
 
 def record_on_commit(
-    db: str, queue: str, served: Mapping[str, tuple[int, float]], weights: Mapping[str, float]
+    db: str,
+    queue: str,
+    served: Mapping[str, tuple[int, float]],
+    weights: Mapping[str, float],
+    prepare: bool,
 ) -> None:
     """Move the clocks of the tenants a claim served on, once that claim commits.
 
@@ -126,27 +130,30 @@ def record_on_commit(
     accuracy and must not fail the claim that already committed.
     """
     if served:
-        transaction.on_commit(lambda: record(db, queue, served, weights), using=db, robust=True)
+        transaction.on_commit(
+            lambda: record(db, queue, served, weights, prepare), using=db, robust=True
+        )
 
 
 def record(
-    db: str, queue: str, served: Mapping[str, tuple[int, float]], weights: Mapping[str, float]
+    db: str,
+    queue: str,
+    served: Mapping[str, tuple[int, float]],
+    weights: Mapping[str, float],
+    prepare: bool = False,
 ) -> None:
     """Add what a committed claim gave each tenant to its clock (see ``advance``)."""
     tenants = sorted(served)  # one lock order for every worker: no deadlock
     weight = [float(weights.get(tenant, 1.0)) for tenant in tenants]
     if connections[db].vendor == "postgresql":
-        with connections[db].cursor() as cursor:
-            cursor.execute(
-                pgsql.RECORD_FAIR_CLAIMS,
-                {
-                    "queue": queue,
-                    "tenants": tenants,
-                    "counts": [served[t][0] for t in tenants],
-                    "bases": [served[t][1] for t in tenants],
-                    "weights": weight,
-                },
-            )
+        params = {
+            "queue": queue,
+            "tenants": tenants,
+            "counts": [served[t][0] for t in tenants],
+            "bases": [served[t][1] for t in tenants],
+            "weights": weight,
+        }
+        pgsql.fetch(db, pgsql.RECORD_FAIR_CLAIMS, params, prepare=prepare)
         return
     now = timezone.now()
     with transaction.atomic(using=db):

@@ -147,12 +147,12 @@ _TENANTS = f"""tenants AS (
 # tenant's base, which the worker records on the clock once the claim commits.
 _PICK_FAIR = f"""
     WITH RECURSIVE {_TENANTS}    ), heads AS (
-        SELECT head.id, head.priority, head.run_after, tenants.tenant,
+        SELECT head.id, head.state, head.priority, head.run_after, tenants.tenant,
                row_number() OVER (PARTITION BY tenants.tenant
                                   ORDER BY head.priority DESC, head.run_after) AS turn
         FROM tenants
         CROSS JOIN LATERAL (
-            SELECT id, priority, run_after
+            SELECT id, state, priority, run_after
             FROM django_jobs_job AS job
             WHERE job.state = '{JobState.QUEUED}' AND job.queue = %(queue)s
               AND job.tenant = tenants.tenant
@@ -180,7 +180,7 @@ _PICK_FAIR = f"""
         LEFT JOIN clocks ON clocks.tenant = heads.tenant
         LEFT JOIN weights ON weights.tenant = heads.tenant
     ), ranked AS (
-        SELECT id, base,
+        SELECT id, state, base,
                row_number() OVER (
                    ORDER BY base + (turn - 0.5) / weight, priority DESC, run_after) AS place
         FROM based
@@ -190,13 +190,15 @@ _PICK_FAIR = f"""
     -- Twice the batch is ranked and locked in rank order, skipping rows that
     -- a concurrent claimer holds: two workers that ranked the same heads then
     -- take consecutive batches of the fair order instead of one taking all and
-    -- the other nothing. The join is on the primary key alone, so its only
-    -- plan is one key probe per ranked row, whatever the statistics say (a
-    -- state condition here let a plan made on an empty table scan every
-    -- queued row instead). The state is read under the lock, and the update
-    -- below takes only rows that are still queued.
+    -- the other nothing. The state is compared with the ranked row's, not
+    -- with the constant: PostgreSQL rechecks it on the row as locked (a row
+    -- another worker claimed meanwhile is skipped, and the batch still
+    -- fills), but cannot read it as "state = 'queued'" and plan a scan of
+    -- every queued row through a partial index, as it did for a plan made on
+    -- an empty table. The join is one primary-key probe per ranked row.
     SELECT job.id, job.state, ranked.base
-    FROM ranked JOIN django_jobs_job AS job ON job.id = ranked.id
+    FROM ranked JOIN django_jobs_job AS job
+         ON job.id = ranked.id AND job.state = ranked.state
     ORDER BY ranked.place
     LIMIT %(limit)s
     FOR UPDATE OF job SKIP LOCKED
@@ -259,6 +261,11 @@ CLAIM_FAIR = f"WITH picked AS ({_PICK_FAIR}{_claim_rest(', claimed.base')}"
 # from where another worker's claim left it, if later. Rows are inserted in
 # tenant order, so two workers recording at once lock them in the same order.
 RECORD_FAIR_CLAIMS = """
+WITH relaxed AS (
+    -- A clock update lost in a crash costs one batch of accuracy, never a
+    -- job: this statement's commit need not wait for the WAL to be flushed.
+    SELECT set_config('synchronous_commit', 'off', true)
+)
 INSERT INTO django_jobs_fairclock AS clock
     (queue, tenant, start, finish, claims, weight, updated_at)
 SELECT %(queue)s, served.tenant,
@@ -267,6 +274,7 @@ SELECT %(queue)s, served.tenant,
        served.n, served.weight, now()
 FROM unnest(%(tenants)s::text[], %(counts)s::bigint[], %(bases)s::float8[],
             %(weights)s::float8[]) AS served(tenant, n, base, weight)
+CROSS JOIN relaxed
 ORDER BY served.tenant
 ON CONFLICT (queue, tenant) DO UPDATE
 SET start = GREATEST(clock.finish, EXCLUDED.finish - EXCLUDED.claims / EXCLUDED.weight)
@@ -276,6 +284,7 @@ SET start = GREATEST(clock.finish, EXCLUDED.finish - EXCLUDED.claims / EXCLUDED.
     claims = clock.claims + EXCLUDED.claims,
     weight = EXCLUDED.weight,
     updated_at = EXCLUDED.updated_at
+RETURNING clock.tenant
 """
 
 # Success, for a batch: end the leases this worker still holds under these

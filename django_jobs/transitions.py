@@ -397,7 +397,11 @@ def _claim_constrained(
                 )
         if fair and rows:
             fairness.record_on_commit(
-                db, queue, _served(fair[row.id] for row in rows), rules.FAIR_QUEUES[queue]
+                db,
+                queue,
+                _served(fair[row.id] for row in rows),
+                rules.FAIR_QUEUES[queue],
+                rules.PREPARE_STATEMENTS,
             )
         return _lease(db, worker, rows, lease_seconds)
 
@@ -561,7 +565,7 @@ def _claim_postgresql(
     rows = pgsql.fetch(db, sql, params, prepare=prepare)
     if fair_weights is not None and rows:
         fairness.record_on_commit(
-            db, queues[0], _served((row[10], row[17]) for row in rows), fair_weights
+            db, queues[0], _served((row[10], row[17]) for row in rows), fair_weights, prepare
         )
     if signal_listeners(Transition.CLAIM):
         for row in rows:
