@@ -619,7 +619,13 @@ def renew(
     """
     held = set(held)
     with transaction.atomic(using=db):
-        Lease.objects.using(db).filter(worker_id=worker_id).update(
+        # Leases the completer has locked (it is ending them) are skipped, not
+        # waited for: the two lock this worker's leases in different orders,
+        # and waiting deadlocked them (a second lost by both to detection).
+        mine = Lease.objects.using(db).filter(worker_id=worker_id)
+        Lease.objects.using(db).filter(
+            pk__in=mine.select_for_update(skip_locked=True).values("pk")
+        ).update(
             expires_at=Now() + Value(timedelta(seconds=lease_seconds)),
             renewed_at=Now(),
         )

@@ -229,6 +229,23 @@ def test_renew__extends_held_leases_and_reports_lost_ones(pg: None) -> None:
     assert Lease.objects.get(job=kept).expires_at > before
 
 
+def test_renew__skips_a_lease_the_completer_holds_instead_of_waiting_for_it(pg: None) -> None:
+    """The completer locks the leases it ends in its own order; waiting for them deadlocked."""
+    busy = make_job(JobState.RUNNING, attempts=1, leased_by=ME)
+    idle = make_job(JobState.RUNNING, attempts=1, leased_by=ME)
+    before = {lease.job_id: lease.expires_at for lease in Lease.objects.all()}
+    params = connections[DB].get_connection_params()
+    with psycopg.connect(**params) as completer:  # a transaction holding busy's lease
+        completer.execute("SELECT 1 FROM django_jobs_lease WHERE job_id = %s FOR UPDATE", [busy.id])
+        with connections[DB].cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # waiting would fail the test, not hang it
+        renewed = transitions.renew(DB, ME.id, [(busy.id, 1), (idle.id, 1)], lease_seconds=60)
+        completer.rollback()
+    after = {lease.job_id: lease.expires_at for lease in Lease.objects.all()}
+    assert renewed.lost == set()
+    assert (after[busy.id] == before[busy.id], after[idle.id] > before[idle.id]) == (True, True)
+
+
 def test_finish__rejects_stale_lease_and_keeps_the_late_report(pg: None) -> None:
     job = make_job(JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
     late = report_for(job, Transition.COMPLETE)
