@@ -3,7 +3,8 @@
 Public API: the backend (``django_jobs.backend.JobsBackend``, named in
 settings), the retry policy pieces a task declares, the exceptions enqueue
 raises (and ``NotAJobsBackendError``, for an alias that names no django-jobs
-backend), and the context a ``takes_context=True`` task receives.
+backend), the refusals of operator verbs (``django_jobs.control``), and the
+context a ``takes_context=True`` task receives.
 """
 
 from __future__ import annotations
@@ -12,18 +13,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    ActorRequiredError,
     ArgumentsNotJSONError,
     DependencyError,
     EnqueueError,
     InvalidJobOptionError,
+    InvalidTransitionError,
+    JobNotFoundError,
     LeaseLostError,
     NotAJobsBackendError,
+    NoteRequiredError,
+    OperatorRequestError,
     PayloadTooLargeError,
+    QueueNotFoundError,
     ResultNotJSONError,
     ResultTooLargeError,
     RetryLater,
     UnknownQueueError,
     UnknownTaskError,
+    UnknownVerbError,
 )
 from .retry import Backoff
 from .states import AttemptOutcome, JobState
@@ -52,20 +60,27 @@ def enqueue_many(
 
 
 __all__ = [
+    "ActorRequiredError",
     "ArgumentsNotJSONError",
     "AttemptOutcome",
     "Backoff",
     "DependencyError",
     "EnqueueError",
     "InvalidJobOptionError",
+    "InvalidTransitionError",
+    "JobNotFoundError",
     "JobState",
     "LeaseLostError",
     "NotAJobsBackendError",
+    "NoteRequiredError",
+    "OperatorRequestError",
     "PayloadTooLargeError",
+    "QueueNotFoundError",
     "ResultNotJSONError",
     "ResultTooLargeError",
     "RetryLater",
     "UnknownQueueError",
     "UnknownTaskError",
+    "UnknownVerbError",
     "enqueue_many",
 ]

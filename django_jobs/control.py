@@ -32,7 +32,14 @@ from typing import Any
 
 from . import transitions
 from .backend import jobs_backend
-from .exceptions import InvalidTransitionError, JobNotFoundError
+from .exceptions import (
+    ActorRequiredError,
+    InvalidTransitionError,
+    JobNotFoundError,
+    NoteRequiredError,
+    QueueNotFoundError,
+    UnknownVerbError,
+)
 from .models import Job, QueueState
 from .states import VERBS, Transition
 
@@ -56,7 +63,7 @@ def actor_name(actor: Any) -> str:
     else:
         name = str(actor.get_username()) if hasattr(actor, "get_username") else ""
     if not name:
-        raise ValueError("An operator action needs an actor: a user or a non-empty name.")
+        raise ActorRequiredError("An operator action needs an actor: a user or a non-empty name.")
     return name
 
 
@@ -74,10 +81,10 @@ def _job_id(job: JobRef) -> uuid.UUID:
 def _checked_note(verb: str, note: str) -> str:
     """The stripped note, once the verb is known and has the note it needs."""
     if verb not in VERBS:
-        raise ValueError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
+        raise UnknownVerbError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
     note = note.strip()
     if verb in NOTE_REQUIRED and not note:
-        raise ValueError(f"{verb} needs a note saying why.")
+        raise NoteRequiredError(f"{verb} needs a note saying why.")
     return note
 
 
@@ -92,7 +99,8 @@ def apply(
     """Apply ``verb`` to one job; return the transition it took.
 
     Raises ``InvalidTransitionError`` (wrong state), ``JobNotFoundError``,
-    ``ValueError`` (unknown verb, missing actor, missing note), or
+    ``UnknownVerbError``, ``ActorRequiredError``, ``NoteRequiredError`` (each an
+    ``OperatorRequestError``, a ``ValueError``), or
     ``NotAJobsBackendError`` (``backend`` is not a django-jobs alias in ``TASKS``).
     """
     note = _checked_note(verb, note)
@@ -159,14 +167,14 @@ def resume_queue(queue: str, *, actor: Any, note: str = "", backend: str = "defa
 def _set_paused(queue: str, paused: bool, actor: Any, note: str, alias: str) -> bool:
     backend = jobs_backend(alias)
     if backend.queues and queue not in backend.queues:
-        raise ValueError(
+        raise QueueNotFoundError(
             f"Unknown queue {queue!r}; the queues are {', '.join(sorted(backend.queues))}."
         )
     # With QUEUES = [] any name is a queue, but not one the table cannot hold:
     # that would be a database error, not a refusal.
     longest = QueueState._meta.get_field("queue").max_length or 0
     if len(queue) > longest or "\x00" in queue:
-        raise ValueError(
+        raise QueueNotFoundError(
             f"{queue!r} cannot be a queue: a queue name has at most {longest} "
             "characters and no NUL."
         )

@@ -61,10 +61,13 @@ class ConfigurationError(ImproperlyConfigured):
 
 
 class LeaseLostError(Exception):
-    """A worker reported on a job whose lease it no longer holds.
+    """The error type of an attempt whose lease was lost: its worker died, hung or was cut off.
 
-    Raised by the transitions layer so that no caller can mistake a fenced-off
-    write for a successful one; the late report is kept on the attempt.
+    Never raised: the reaper (or a worker releasing its jobs) writes this
+    class's path as the ``error_type`` of the attempt it marks ``lost``, so the
+    attempt history names what happened the way it names a task's exception.
+    A report that arrives after the lease was lost is refused and kept on the
+    attempt (``late_report``), not raised either.
     """
 
 
@@ -101,6 +104,31 @@ class JobNotFoundError(LookupError):
 
 class InvalidTransitionError(Exception):
     """An operator verb does not apply to the job's current state; nothing changed."""
+
+
+class OperatorRequestError(ValueError):
+    """An operator's request (``control``, the admin, the API, the CLI) was refused as asked.
+
+    Raised before anything is read or written. A ``ValueError``, as these
+    refusals always were; each kind has its class, so callers (the API's
+    status codes, say) tell them apart without reading the message.
+    """
+
+
+class ActorRequiredError(OperatorRequestError):
+    """No actor: a user with a username, or a non-empty name, is needed for the audit trail."""
+
+
+class UnknownVerbError(OperatorRequestError):
+    """Not one of the operator verbs (``states.VERBS``)."""
+
+
+class NoteRequiredError(OperatorRequestError):
+    """The verb needs a note saying why (quarantine, discard)."""
+
+
+class QueueNotFoundError(OperatorRequestError):
+    """Not one of the backend's ``QUEUES``, or not a name a queue can have."""
 
 
 class JobStopped(BaseException):

@@ -43,7 +43,7 @@ from psycopg.types.json import Jsonb
 
 from . import fairness, pgsql
 from .conf import JobsOptions
-from .exceptions import InvalidTransitionError, JobNotFoundError
+from .exceptions import InvalidTransitionError, JobNotFoundError, LeaseLostError
 from .models import (
     Attempt,
     Dependency,
@@ -980,7 +980,7 @@ def _lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> N
             .update(
                 outcome=AttemptOutcome.LOST,
                 finished_at=now,
-                error_type="django_jobs.exceptions.LeaseLostError",
+                error_type=f"{LeaseLostError.__module__}.{LeaseLostError.__qualname__}",
                 error_message=reason,
             )
         )

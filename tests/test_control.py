@@ -17,8 +17,16 @@ from django.utils import timezone
 from django_jobs import AttemptOutcome, JobState, control, transitions
 from django_jobs.attempt import AttemptControl
 from django_jobs.conf import JobsOptions
-from django_jobs.exceptions import InvalidTransitionError, QueueFullError
-from django_jobs.models import Attempt, Job, JobEvent, RetryWindow, Worker
+from django_jobs.exceptions import (
+    ActorRequiredError,
+    InvalidTransitionError,
+    NoteRequiredError,
+    OperatorRequestError,
+    QueueFullError,
+    QueueNotFoundError,
+    UnknownVerbError,
+)
+from django_jobs.models import Attempt, Job, JobEvent, QueueEvent, RetryWindow, Worker
 from django_jobs.retry import Decision, Verdict
 from django_jobs.signals import job_cancelled, job_exhausted
 from django_jobs.transitions import Report, WorkerIdentity
@@ -298,9 +306,33 @@ def test_verbs__retry_grants_a_fresh_attempt_budget(pg: None) -> None:
 @pytest.mark.parametrize("verb", ["quarantine", "discard"])
 def test_verbs__quarantine_and_discard_need_a_note(pg: None, verb: str) -> None:
     result = tasks.add.enqueue(1, 1)
-    with pytest.raises(ValueError, match=f"{verb} needs a note saying why"):
+    with pytest.raises(NoteRequiredError, match=f"{verb} needs a note saying why"):
         control.apply(verb, result.id, actor="ops", note="  ")
     assert (state_of(result), JobEvent.objects.count()) == (JobState.QUEUED, 0)
+
+
+REFUSALS: list[tuple[Callable[[str], object], type[OperatorRequestError]]] = [
+    (lambda job: control.apply("explode", job, actor="ops"), UnknownVerbError),
+    (lambda job: control.apply("discard", job, actor="ops"), NoteRequiredError),
+    (lambda job: control.cancel(job, actor="   "), ActorRequiredError),
+    (lambda job: control.pause_queue("nowhere", actor="ops"), QueueNotFoundError),
+    (lambda job: control.pause_queue("q" * 101, actor="ops"), QueueNotFoundError),
+]
+
+
+@pytest.mark.parametrize(("call", "refusal"), REFUSALS)
+def test_refusals__each_kind_has_its_class_a_value_error_and_changes_nothing(
+    pg: None, call: Callable[[str], object], refusal: type[OperatorRequestError]
+) -> None:
+    result = tasks.add.enqueue(1, 1)
+    with pytest.raises(refusal) as raised:
+        call(result.id)
+    assert isinstance(raised.value, ValueError)
+    assert (state_of(result), JobEvent.objects.count(), QueueEvent.objects.count()) == (
+        JobState.QUEUED,
+        0,
+        0,
+    )
 
 
 def test_verbs__an_invalid_transition_changes_nothing(pg: None) -> None:

@@ -38,6 +38,7 @@ from django.utils.translation import gettext as _
 
 from .. import control
 from ..backend import jobs_backend
+from ..exceptions import OperatorRequestError
 from ..models import Job, Schedule, Worker, leases_held, paused_queues
 from ..states import JobState
 from ..statistics import WINDOWS, QueueStats, queue_stats
@@ -144,7 +145,7 @@ def pause_view(model_admin: JobAdmin, request: HttpRequest, queue: str) -> HttpR
     verb = control.pause_queue if pause else control.resume_queue
     try:
         changed = verb(queue, actor=request.user, note=note)
-    except ValueError as exc:
+    except OperatorRequestError as exc:
         messages.error(request, str(exc))
     else:
         done = _("paused") if pause else _("resumed")

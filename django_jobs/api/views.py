@@ -18,16 +18,14 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_jobs import control
 from django_jobs.backend import jobs_backend
-from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
 from django_jobs.models import (
     Attempt,
     Job,
@@ -39,6 +37,7 @@ from django_jobs.models import (
 from django_jobs.states import TRANSITIONS, JobState, django_status
 from django_jobs.statistics import queue_stats
 
+from . import refusals
 from .conf import api_settings
 from .filters import JobFilter, JobFilterBackend, KnownParametersFilter, StrictOrderingFilter
 from .pagination import StrictCursorPagination
@@ -207,13 +206,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             transition = control.apply(
                 verb, job, actor=request.user, note=note, backend=settings.backend
             )
-        except InvalidTransitionError as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
-        except JobNotFoundError as exc:  # pruned between our read and the verb
-            return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
-        except ValueError as exc:  # control's own checks (note, actor): say which field
-            field = "note" if "note" in str(exc) else "non_field_errors"
-            raise ValidationError({field: [str(exc)]}) from exc
+        except refusals.REFUSED as exc:
+            return refusals.answer(exc)
         state = TRANSITIONS[transition].target
         body = {
             "id": job.id,
@@ -318,17 +312,16 @@ class QueuePauseView(APIView):
         settings = api_settings()
         serializer = QueueActionSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        try:
-            actor = control.actor_name(request.user)
-        except ValueError as exc:
-            raise ValidationError({"non_field_errors": [str(exc)]}) from exc
         verb = control.pause_queue if pause else control.resume_queue
         try:
             changed = verb(
-                name, actor=actor, note=serializer.validated_data["note"], backend=settings.backend
+                name,
+                actor=control.actor_name(request.user),
+                note=serializer.validated_data["note"],
+                backend=settings.backend,
             )
-        except ValueError as exc:  # the only one left: not one of the backend's QUEUES
-            return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
+        except refusals.REFUSED as exc:
+            return refusals.answer(exc)
         db = settings.database
         body: dict[str, Any] = {
             "queue": name,

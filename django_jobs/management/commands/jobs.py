@@ -31,7 +31,7 @@ from django_jobs import control, dependencies, registry, retention
 from django_jobs.backend import JobsBackend, jobs_backend
 from django_jobs.cli import render
 from django_jobs.cli.arguments import non_negative_float, positive_float, positive_int
-from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError
+from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError, OperatorRequestError
 from django_jobs.models import Attempt, Job, JobEvent, paused_queues
 from django_jobs.states import TRANSITIONS, VERBS, JobState
 from django_jobs.statistics import queue_stats, worker_stats
@@ -436,7 +436,7 @@ class Command(BaseCommand):
                 note=options["note"],
                 backend=backend.alias,
             )
-        except ValueError as exc:  # an unknown queue, or a blank actor
+        except OperatorRequestError as exc:  # an unknown queue, or a blank actor
             raise CommandError(f"{exc} Nothing was changed.") from None
         if changed:
             self.stdout.write(f"{queue}  {'paused' if paused else 'resumed'}")
@@ -507,7 +507,7 @@ class Command(BaseCommand):
             except (InvalidTransitionError, JobNotFoundError) as exc:
                 refused += 1
                 self.stderr.write(f"{job_id}  refused: {exc}")
-            except ValueError as exc:  # actor or note rejected: the same for every id
+            except OperatorRequestError as exc:  # actor or note refused: the same for every id
                 raise CommandError(str(exc)) from None
             else:
                 target = TRANSITIONS[transition].target
