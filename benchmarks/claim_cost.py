@@ -77,12 +77,13 @@ def main() -> None:
     parser.add_argument("--short", type=int, default=100)
     parser.add_argument("--long", type=int, default=100_000)
     parser.add_argument("--batches", default="1,64", help="claim sizes, comma-separated")
+    parser.add_argument("--paths", default=",".join(PATHS), help="claim paths, comma-separated")
     options = parser.parse_args()
     setup_django()
     ensure_database()
     print("| path | batch | short backlog ms (median) | long backlog ms (median) | long / short |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for path in PATHS:
+    for path in options.paths.split(","):
         for batch in (int(b) for b in options.batches.split(",")):
             medians = []
             for backlog in (options.short, options.long):
