@@ -131,6 +131,16 @@ class QueueNotFoundError(OperatorRequestError):
     """Not one of the backend's ``QUEUES``, or not a name a queue can have."""
 
 
+class LockedRowChangedError(RuntimeError):
+    """A write found a row it holds locked in another state than it read: a broken invariant.
+
+    Only a row written outside django_jobs (by hand, by another tool) or a
+    bug can cause it. Raised inside the write's transaction, so nothing of
+    the write is kept; checked explicitly, not with ``assert``, so it holds
+    under ``python -O`` too.
+    """
+
+
 class JobStopped(BaseException):
     """Raised inside a task's thread to stop it: its timeout passed or it was cancelled.
 

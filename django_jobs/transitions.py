@@ -43,7 +43,12 @@ from psycopg.types.json import Jsonb
 
 from . import fairness, pgsql
 from .conf import JobsOptions
-from .exceptions import InvalidTransitionError, JobNotFoundError, LeaseLostError
+from .exceptions import (
+    InvalidTransitionError,
+    JobNotFoundError,
+    LeaseLostError,
+    LockedRowChangedError,
+)
 from .models import (
     Attempt,
     Dependency,
@@ -266,7 +271,8 @@ def _lease(
     )
     # We hold the row locks, so nobody can have moved these rows since the
     # SELECT; a mismatch means the locking assumption is broken.
-    assert updated == len(rows), f"claimed {len(rows)} rows but updated {updated}"
+    if updated != len(rows):
+        raise LockedRowChangedError(f"claimed {len(rows)} locked rows but updated {updated}")
     attempts = Attempt.objects.using(db).bulk_create(
         Attempt(
             job_id=r.id,
@@ -666,7 +672,8 @@ def _transition_for(report: Report, state: str) -> Transition:
         return Transition.COMPLETE
     if state == JobState.CANCELLING:
         return Transition.CONFIRM_CANCEL
-    assert report.decision is not None, "a failure report needs the retry policy's decision"
+    if report.decision is None:
+        raise ValueError("a failure report needs the retry policy's decision")
     return {
         Verdict.RETRY: Transition.SCHEDULE_RETRY,
         Verdict.EXHAUSTED: Transition.EXHAUST,
@@ -731,8 +738,7 @@ def finish(
                 job_changes.update(result=report.result, finished_at=now, last_error="")
             else:
                 job_changes["last_error"] = _short_error(report)
-                if transition is Transition.SCHEDULE_RETRY:
-                    assert report.decision is not None
+                if transition is Transition.SCHEDULE_RETRY and report.decision is not None:
                     job_changes["run_after"] = _retry_at(
                         db, job.queue, now, report.decision.delay, rules.RETRY_BUDGET
                     )
@@ -841,7 +847,8 @@ def _complete_postgresql(
     rows = pgsql.fetch(db, pgsql.COMPLETE, params, prepare=prepare)  # one statement: atomic
     # The statement ends only leases whose job it then updates; anything else
     # would be a write that bypassed this module.
-    assert all(row[2] for row in rows), "a lease ended without its job"
+    if not all(row[2] for row in rows):
+        raise LockedRowChangedError("a success ended a lease without updating its job")
     if signal_listeners(Transition.COMPLETE):
         for job_id, _, _, was, *_ in rows:
             send_on_commit(db, job_id, Transition.COMPLETE, was, JobState.SUCCEEDED)
@@ -1117,7 +1124,8 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
         elif transition is Transition.DISCARD:
             changes["finished_at"] = now
         moved = Job.objects.using(db).filter(id=job_id, state=job.state).update(**changes)
-        assert moved == 1, "the job row is locked; its state cannot have changed"
+        if moved != 1:
+            raise LockedRowChangedError(f"job {job_id} is locked, yet left {job.state}")
         _audit(db, job_id, transition, job.state, actor, note, now)
         if transition is Transition.DISCARD:
             _cancel_dependents(db, job_id, actor, now)
