@@ -364,14 +364,19 @@ def _claim_constrained(
         # Room for candidates that per-key limits will turn down.
         per_key = key_limit is not None or key_rate is not None
         want = budget * 4 if per_key else budget
+        # Keys already at a limit are left out of the candidates: otherwise a
+        # long run of one key at the head of the queue filled them, and the
+        # other keys' jobs waited behind it, against the promise of the limit.
+        blocked = _keys_at_limit(db, queue, key_limit, key_rate) if per_key else []
         fair: dict[uuid.UUID, tuple[str, float]] = {}
         if queue in rules.FAIR_QUEUES:
             candidates, fair = _fair_candidates(
-                db, queue, want, rules.FAIR_QUEUES[queue], rules.PREPARE_STATEMENTS
+                db, queue, want, rules.FAIR_QUEUES[queue], rules.PREPARE_STATEMENTS, blocked
             )
         else:
             candidates = list(
                 _ready(db, [queue])
+                .exclude(concurrency_key__in=blocked)
                 .order_by("-priority", "run_after")
                 .values_list("id", "concurrency_key")[:want]
             )
@@ -422,6 +427,34 @@ def _window(db: str, queue: str, seconds: float, key: str = "") -> RateWindow:
         queue=queue, key=key, window_start=_window_start(seconds)
     )
     return window
+
+
+def _keys_at_limit(
+    db: str, queue: str, key_limit: int | None, key_rate: tuple[int, float] | None
+) -> list[str]:
+    """The concurrency keys of ``queue`` that may start no job now."""
+    blocked: set[str] = set()
+    if key_limit is not None:
+        running = (
+            Job.objects.using(db)
+            .filter(
+                queue=queue,
+                concurrency_key__isnull=False,
+                state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources],
+            )
+            .values_list("concurrency_key")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        blocked |= {key for key, n in running if key is not None and n >= key_limit}
+    if key_rate is not None:
+        blocked |= set(
+            RateWindow.objects.using(db)
+            .filter(queue=queue, window_start=_window_start(key_rate[1]), claims__gte=key_rate[0])
+            .exclude(key="")
+            .values_list("key", flat=True)
+        )
+    return sorted(blocked)
 
 
 def _within_key_limits(
@@ -475,7 +508,12 @@ def _within_key_limits(
 
 
 def _fair_candidates(
-    db: str, queue: str, want: int, weights: Mapping[str, float], prepare: bool
+    db: str,
+    queue: str,
+    want: int,
+    weights: Mapping[str, float],
+    prepare: bool,
+    blocked: Sequence[str] = (),
 ) -> tuple[list[tuple[uuid.UUID, str | None]], dict[uuid.UUID, tuple[str, float]]]:
     """The next ``want`` jobs of a queue in fair order, and each one's tenant and base.
 
@@ -485,11 +523,12 @@ def _fair_candidates(
     """
     params: dict[str, Any] = {"queue": queue, "state": str(JobState.QUEUED), "k": want}
     if connections[db].vendor == "postgresql":
+        params["blocked"] = list(blocked)
         rows = pgsql.fetch(db, pgsql.FAIR_CANDIDATES, params, prepare=prepare)
     else:
         with connections[db].cursor() as cursor:
             cursor.execute(_SQLITE_FAIR_CANDIDATES, params)
-            rows = cursor.fetchall()
+            rows = [row for row in cursor.fetchall() if row[4] is None or row[4] not in blocked]
     heads = [
         fairness.Head(_as_uuid(job_id), tenant, priority, _as_datetime(run_after), key)
         for job_id, tenant, priority, run_after, key in rows

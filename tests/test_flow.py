@@ -129,6 +129,35 @@ def test_key_concurrency__one_running_per_key_across_worker_processes(
     assert most_at_once(list(Probe.objects.all())) > 1  # keys did run side by side
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"KEY_CONCURRENCY": {"keyed": 1}},
+        {"KEY_RATE_LIMITS": {"keyed": (1, 60.0)}},
+        {"KEY_CONCURRENCY": {"keyed": 1}, "FAIR_QUEUES": {"keyed": {}}},
+    ],
+    ids=["concurrency", "rate", "concurrency-and-fair"],
+)
+def test_key_limits__a_long_run_of_one_key_does_not_hold_back_the_other_keys(
+    pg: None, options: dict[str, Any]
+) -> None:
+    keyed = tasks.noop.using(backend="flow", queue_name="keyed")
+    enqueue_many(keyed.using(concurrency_key="big"), [((), {})] * 50)
+    for n in range(5):
+        keyed.using(concurrency_key=f"k{n}").enqueue()
+    limits = JobsOptions.from_mapping("flow", options)
+    me = WorkerIdentity(uuid.uuid4(), "keys")
+    claimed = [
+        c for _ in range(2) for c in transitions.claim("default", me, ["keyed"], 10, 30.0, limits)
+    ]
+    keys = Counter(
+        Job.objects.filter(id__in=[c.job_id for c in claimed]).values_list(
+            "concurrency_key", flat=True
+        )
+    )
+    assert keys == {"big": 1, "k0": 1, "k1": 1, "k2": 1, "k3": 1, "k4": 1}
+
+
 # -- fairness ----------------------------------------------------------------------------
 
 
