@@ -386,7 +386,7 @@ CROSS JOIN LATERAL (
     WHERE job.state = %(state)s AND job.queue = %(queue)s AND job.tenant = tenants.tenant
       AND job.run_after <= now()
       AND (job.expires_at IS NULL OR job.expires_at > now())
-      -- keys already at their limit (transitions._keys_at_limit)
+      -- keys already at their limit (transitions._KeyCounts)
       AND (job.concurrency_key IS NULL OR job.concurrency_key <> ALL(%(blocked)s::text[]))
     ORDER BY job.priority DESC, job.run_after
     LIMIT %(k)s

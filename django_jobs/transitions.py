@@ -367,7 +367,8 @@ def _claim_constrained(
         # Keys already at a limit are left out of the candidates: otherwise a
         # long run of one key at the head of the queue filled them, and the
         # other keys' jobs waited behind it, against the promise of the limit.
-        blocked = _keys_at_limit(db, queue, key_limit, key_rate) if per_key else []
+        counts = _KeyCounts.read(db, queue, key_limit, key_rate)
+        blocked = counts.at_limit(key_limit, key_rate)
         fair: dict[uuid.UUID, tuple[str, float]] = {}
         if queue in rules.FAIR_QUEUES:
             candidates, fair = _fair_candidates(
@@ -380,7 +381,7 @@ def _claim_constrained(
                 .order_by("-priority", "run_after")
                 .values_list("id", "concurrency_key")[:want]
             )
-        chosen = _within_key_limits(db, queue, candidates, key_limit, key_rate, budget)
+        chosen = _within_key_limits(candidates, key_limit, key_rate, budget, counts)
         # Locked by primary key alone, the state checked on the row as locked:
         # a state condition in this query let a plan made from statistics
         # taken on an empty table read every queued row through a partial index.
@@ -429,41 +430,57 @@ def _window(db: str, queue: str, seconds: float, key: str = "") -> RateWindow:
     return window
 
 
-def _keys_at_limit(
-    db: str, queue: str, key_limit: int | None, key_rate: tuple[int, float] | None
-) -> list[str]:
-    """The concurrency keys of ``queue`` that may start no job now."""
-    blocked: set[str] = set()
-    if key_limit is not None:
-        running = (
-            Job.objects.using(db)
-            .filter(
-                queue=queue,
-                concurrency_key__isnull=False,
-                state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources],
+@dataclass(frozen=True)
+class _KeyCounts:
+    """Per concurrency key of one queue: jobs running now, jobs started in the rate window."""
+
+    running: dict[str, int]
+    started: dict[str, int]
+
+    @classmethod
+    def read(
+        cls, db: str, queue: str, key_limit: int | None, key_rate: tuple[int, float] | None
+    ) -> _KeyCounts:
+        running: dict[str, int] = {}
+        if key_limit is not None:
+            rows = (
+                Job.objects.using(db)
+                .filter(
+                    queue=queue,
+                    concurrency_key__isnull=False,
+                    state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources],
+                )
+                .values_list("concurrency_key")
+                .annotate(n=Count("id"))
+                .order_by()
             )
-            .values_list("concurrency_key")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-        blocked |= {key for key, n in running if key is not None and n >= key_limit}
-    if key_rate is not None:
-        blocked |= set(
-            RateWindow.objects.using(db)
-            .filter(queue=queue, window_start=_window_start(key_rate[1]), claims__gte=key_rate[0])
-            .exclude(key="")
-            .values_list("key", flat=True)
-        )
-    return sorted(blocked)
+            running = {key: n for key, n in rows if key is not None}
+        started: dict[str, int] = {}
+        if key_rate is not None:
+            started = dict(
+                RateWindow.objects.using(db)
+                .filter(queue=queue, window_start=_window_start(key_rate[1]))
+                .exclude(key="")
+                .values_list("key", "claims")
+            )
+        return cls(running, started)
+
+    def at_limit(self, key_limit: int | None, key_rate: tuple[int, float] | None) -> list[str]:
+        """The keys that may start no job now."""
+        full: set[str] = set()
+        if key_limit is not None:
+            full |= {key for key, n in self.running.items() if n >= key_limit}
+        if key_rate is not None:
+            full |= {key for key, n in self.started.items() if n >= key_rate[0]}
+        return sorted(full)
 
 
 def _within_key_limits(
-    db: str,
-    queue: str,
     candidates: Sequence[tuple[uuid.UUID, str | None]],
     key_limit: int | None,
     key_rate: tuple[int, float] | None,
     budget: int,
+    counts: _KeyCounts,
 ) -> list[uuid.UUID]:
     """Candidates in order, skipping those whose concurrency key is at a limit.
 
@@ -472,26 +489,8 @@ def _within_key_limits(
     """
     if key_limit is None and key_rate is None:
         return [job_id for job_id, _ in candidates[:budget]]
-    keys = {key for _, key in candidates if key is not None}
-    running: dict[str, int] = {}
-    if key_limit is not None:
-        running = dict(
-            Job.objects.using(db)
-            .filter(
-                queue=queue,
-                concurrency_key__in=keys,
-                state__in=[str(s) for s in TRANSITIONS[Transition.COMPLETE].sources],
-            )
-            .values_list("concurrency_key")
-            .annotate(n=Count("id"))
-        )
-    started: dict[str, int] = {}
-    if key_rate is not None:
-        started = dict(
-            RateWindow.objects.using(db)
-            .filter(queue=queue, key__in=keys, window_start=_window_start(key_rate[1]))
-            .values_list("key", "claims")
-        )
+    running = dict(counts.running)
+    started = dict(counts.started)
     chosen: list[uuid.UUID] = []
     for job_id, key in candidates:
         if key is not None:
