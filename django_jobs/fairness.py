@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from . import pgsql
@@ -155,28 +156,19 @@ def record(
         }
         pgsql.fetch(db, pgsql.RECORD_FAIR_CLAIMS, params, prepare=prepare)
         return
+    # SQLite serialises writers, so reading the clocks and writing them back
+    # in one transaction is the same upsert.
     now = timezone.now()
     with transaction.atomic(using=db):
         known = clocks(db, queue, tenants)
         for tenant, w in zip(tenants, weight, strict=True):
             claims, start = served[tenant]
             moved = advance(known.get(tenant), start, claims, w)
-            row, created = FairClock.objects.using(db).get_or_create(
-                queue=queue,
-                tenant=tenant,
-                defaults={
-                    "start": moved.start,
-                    "finish": moved.finish,
-                    "claims": claims,
-                    "weight": w,
-                    "updated_at": now,
-                },
-            )
-            if not created:
-                FairClock.objects.using(db).filter(pk=row.pk).update(
-                    start=moved.start,
-                    finish=moved.finish,
-                    claims=row.claims + claims,
-                    weight=w,
-                    updated_at=now,
+            values = {"start": moved.start, "finish": moved.finish, "weight": w, "updated_at": now}
+            mine = FairClock.objects.using(db).filter(queue=queue, tenant=tenant)
+            if tenant in known:
+                mine.update(claims=F("claims") + claims, **values)
+            else:
+                FairClock.objects.using(db).create(
+                    queue=queue, tenant=tenant, claims=claims, **values
                 )

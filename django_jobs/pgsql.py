@@ -207,8 +207,10 @@ _PICK_FAIR = f"""
 
 # Everything after the pick: mark the picked rows running and give each an
 # attempt and a lease, in the same statement. ``carried`` names columns of the
-# pick passed through to the result (after the job's).
-def _claim_rest(carried: str = "") -> str:
+# pick passed through to the result, after the job's (the fair pick's base).
+def _claim_rest(*carried: str) -> str:
+    from_pick = "".join(f", picked.{column}" for column in carried)
+    to_result = "".join(f", claimed.{column}" for column in carried)
     return f"""
 ), claimed AS (
     UPDATE django_jobs_job AS job
@@ -225,7 +227,7 @@ def _claim_rest(carried: str = "") -> str:
     RETURNING job.id, job.attempts, job.task_name, job.args, job.kwargs, job.queue,
               job.priority, job.max_attempts, job.timeout, job.tenant,
               job.idempotency_key, job.backend, job.enqueued_at, job.started_at,
-              job.lost_streak, job.run_after{carried.replace("claimed.", "picked.")},
+              job.lost_streak, job.run_after{from_pick},
               -- The attempt's id is taken here, so the attempt and the lease
               -- are written from this row alone: joining the CTEs back
               -- together was a nested loop over both, batch² comparisons
@@ -250,7 +252,7 @@ SELECT claimed.id, claimed.attempt_id, claimed.attempts, claimed.task_name, clai
        claimed.kwargs, claimed.queue, claimed.priority, claimed.max_attempts,
        claimed.timeout, claimed.tenant, claimed.idempotency_key, claimed.backend,
        claimed.enqueued_at, claimed.started_at,
-       now() + make_interval(secs => %(lease_seconds)s), claimed.lost_streak{carried}
+       now() + make_interval(secs => %(lease_seconds)s), claimed.lost_streak{to_result}
 FROM claimed
 ORDER BY claimed.priority DESC, claimed.run_after
 
@@ -258,7 +260,7 @@ ORDER BY claimed.priority DESC, claimed.run_after
 
 
 CLAIM = f"WITH picked AS ({_PICK_PLAIN}{_claim_rest()}"
-CLAIM_FAIR = f"WITH picked AS ({_PICK_FAIR}{_claim_rest(', claimed.base')}"
+CLAIM_FAIR = f"WITH picked AS ({_PICK_FAIR}{_claim_rest('base')}"
 
 # After a fair claim commits (fairness.record): each served tenant's clock
 # moves on by its jobs / its weight, counted from the base its ranks used or

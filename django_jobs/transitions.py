@@ -393,10 +393,11 @@ def _claim_constrained(
             .select_for_update(skip_locked=True, of=("self",))
             .only(*_CLAIM_FIELDS, "state")
         }
+        claimable = _sources(Transition.CLAIM)
         rows = [
             locked[job_id]
             for job_id in chosen
-            if job_id in locked and locked[job_id].state == JobState.QUEUED
+            if job_id in locked and locked[job_id].state in claimable
         ]
         if window is not None and rows:
             RateWindow.objects.using(db).filter(pk=window.pk).update(claims=F("claims") + len(rows))
@@ -529,7 +530,7 @@ def _fair_candidates(
             cursor.execute(_SQLITE_FAIR_CANDIDATES, params)
             rows = [row for row in cursor.fetchall() if row[4] is None or row[4] not in blocked]
     heads = [
-        fairness.Head(_as_uuid(job_id), tenant, priority, _as_datetime(run_after), key)
+        fairness.Head(_as_uuid(job_id), tenant, priority, run_after, key)
         for job_id, tenant, priority, run_after, key in rows
     ]
     known = fairness.clocks(db, queue, {head.tenant for head in heads})
@@ -538,14 +539,6 @@ def _fair_candidates(
         [(head.job_id, head.concurrency_key) for head, _ in ranked],
         {head.job_id: (head.tenant, start) for head, start in ranked},
     )
-
-
-def _as_datetime(value: Any) -> datetime:
-    """SQLite's raw cursor returns timestamps as text."""
-    if isinstance(value, datetime):
-        return value
-    parsed = datetime.fromisoformat(str(value))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _served(

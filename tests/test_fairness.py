@@ -30,6 +30,10 @@ def tenants_in_order(
     return [head.tenant for head, _ in fairness.order(ready, clocks, weights or {})]
 
 
+def tenants_and_bases(ready: list[Head], clocks: dict[str, Clock]) -> list[tuple[str, float]]:
+    return [(head.tenant, base) for head, base in fairness.order(ready, clocks, {})]
+
+
 def test_order__the_tenant_that_received_less_goes_first() -> None:
     clocks = {"a": Clock(start=10, finish=11), "b": Clock(start=9, finish=10)}
     ranked = tenants_in_order(heads("a", 3) + heads("b", 3), clocks)
@@ -39,14 +43,12 @@ def test_order__the_tenant_that_received_less_goes_first() -> None:
 def test_order__a_deficit_within_the_queue_time_is_forgiven() -> None:
     """Only a lag behind the latest start (at most a batch, from concurrent claims) is lost."""
     clocks = {"a": Clock(start=20, finish=21), "b": Clock(start=5, finish=6)}
-    ranked = fairness.order(heads("a", 1) + heads("b", 1), clocks, {})
-    assert [(h.tenant, base) for h, base in ranked] == [("b", 20), ("a", 21)]
+    assert tenants_and_bases(heads("a", 1) + heads("b", 1), clocks) == [("b", 20), ("a", 21)]
 
 
 def test_order__a_new_tenant_starts_level_with_the_queue_not_at_zero() -> None:
     clocks = {"a": Clock(start=599, finish=600)}
-    ranked = fairness.order(heads("a", 2) + heads("new", 2), clocks, {})
-    assert [(h.tenant, base) for h, base in ranked] == [
+    assert tenants_and_bases(heads("a", 2) + heads("new", 2), clocks) == [
         ("new", 599),
         ("a", 600),
         ("new", 599),
@@ -56,8 +58,7 @@ def test_order__a_new_tenant_starts_level_with_the_queue_not_at_zero() -> None:
 
 def test_order__a_tenant_back_from_idle_cannot_cash_in_the_time_it_was_away() -> None:
     clocks = {"a": Clock(start=999, finish=1000), "back": Clock(start=2, finish=3)}
-    ranked = fairness.order(heads("a", 2) + heads("back", 2), clocks, {})
-    assert [(h.tenant, base) for h, base in ranked] == [
+    assert tenants_and_bases(heads("a", 2) + heads("back", 2), clocks) == [
         ("back", 999),
         ("a", 1000),
         ("back", 999),
