@@ -53,19 +53,17 @@ def time_claims(queue: str, batch: int, claims: int) -> list[float]:
     from django.tasks import task_backends
 
     from django_jobs import AttemptOutcome, transitions
+    from django_jobs.values import Report, WorkerIdentity
 
     rules = task_backends["claims"].settings  # type: ignore[attr-defined]
-    me = transitions.WorkerIdentity(uuid.uuid4(), "claim-cost")
+    me = WorkerIdentity(uuid.uuid4(), "claim-cost")
     times = []
     for _ in range(claims):
         start = time.perf_counter()
         with transaction.atomic():
             got = transitions.claim("default", me, [queue], batch, 30.0, rules)
         times.append((time.perf_counter() - start) * 1000)
-        reports = [
-            transitions.Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED)
-            for c in got
-        ]
+        reports = [Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED) for c in got]
         transitions.finish("default", me.id, reports, rules)
         enqueue(queue, Counter(c.tenant for c in got))
     return times

@@ -15,7 +15,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING
 
 from .exceptions import JobCancelled, JobStopped
-from .transitions import Progress
+from .values import Progress
 
 if TYPE_CHECKING:
     from .results import JobResult

@@ -36,6 +36,7 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from . import registry
 from .conf import JobsOptions
@@ -54,6 +55,7 @@ from .tasks import JobTask
 
 if TYPE_CHECKING:
     from .bulk import Call
+    from .engine import Engine
     from .enqueue import DepthGauge
     from .models import Job
     from .results import JobResult
@@ -109,6 +111,13 @@ class JobsBackend(BaseTaskBackend):
     def db(self) -> str:
         """The alias of the database that holds the jobs."""
         return self.settings.DATABASE
+
+    @cached_property
+    def engine(self) -> Engine:
+        """The storage engine for the jobs database, chosen once, bound to these options."""
+        from .engine import engine_for
+
+        return engine_for(self.db, self.settings)
 
     # -- validation ---------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The operator verbs: cancel, retry, quarantine, release, discard.
 
 The admin, the REST API and ``manage.py jobs`` all call these, and only
-these. Each is a compare-and-set transition (``transitions.operate``): one that
+these. Each is a compare-and-set transition (``Engine.operate``): one that
 does not apply to the job's current state raises ``InvalidTransitionError``
 and changes nothing; one that applies writes an audit record (who, when, why)
 kept with the job, and sends its signal after commit.
@@ -30,7 +30,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import transitions
 from .backend import jobs_backend
 from .exceptions import (
     ActorRequiredError,
@@ -104,8 +103,8 @@ def apply(
     ``NotAJobsBackendError`` (``backend`` is not a django-jobs alias in ``TASKS``).
     """
     note = _checked_note(verb, note)
-    db = jobs_backend(backend).db
-    return transitions.operate(db, _job_id(job), verb, actor_name(actor), note)
+    engine = jobs_backend(backend).engine
+    return engine.operate(_job_id(job), verb, actor_name(actor), note)
 
 
 def apply_many(
@@ -178,4 +177,4 @@ def _set_paused(queue: str, paused: bool, actor: Any, note: str, alias: str) -> 
             f"{queue!r} cannot be a queue: a queue name has at most {longest} "
             "characters and no NUL."
         )
-    return transitions.set_queue_paused(backend.db, queue, paused, actor_name(actor), note.strip())
+    return backend.engine.set_queue_paused(queue, paused, actor_name(actor), note.strip())

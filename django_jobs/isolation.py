@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .transitions import Claimed, Report
+    from .values import Claimed, Report
     from .worker import WorkerConfig
 
 
@@ -36,7 +36,7 @@ def _child(
     from . import registry
     from .attempt import AttemptControl
     from .exceptions import JobStopped
-    from .transitions import Claimed
+    from .values import Claimed
     from .worker import Running, Worker, WorkerConfig
 
     worker = Worker(WorkerConfig(**config), worker_id)

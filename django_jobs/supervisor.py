@@ -26,7 +26,6 @@ from types import FrameType
 
 from django.db import DatabaseError, connections
 
-from . import transitions
 from .backend import jobs_backend
 from .worker import RECYCLE_EXIT_CODE, WorkerConfig, run_worker
 
@@ -60,9 +59,8 @@ class Supervisor:
         if processes < 1:
             raise ValueError("processes must be at least 1.")
         backend = jobs_backend(config.backend)
-        self.db = backend.db
+        self.engine = backend.engine
         self.grace = backend.settings.SHUTDOWN_GRACE_SECONDS
-        self.poison_after = backend.settings.POISON_LOST_ATTEMPTS
         self.config = config
         self.slots = [_Slot(number) for number in range(processes)]
         self.context = multiprocessing.get_context("fork")
@@ -139,10 +137,8 @@ class Supervisor:
         logger.error("Worker process %s died (%s); releasing its jobs now.", pid, how)
         for _ in range(20):
             try:
-                released = transitions.release_worker(
-                    self.db, slot.worker_id, reason, self.poison_after
-                )
-                transitions.stop_worker(self.db, slot.worker_id)
+                released = self.engine.release_worker(slot.worker_id, reason)
+                self.engine.stop_worker(slot.worker_id)
                 if released:
                     logger.warning("Released %d job(s) of worker %s", released, pid)
                 break

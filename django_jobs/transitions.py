@@ -31,7 +31,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -61,85 +61,21 @@ from .models import (
     RetryWindow,
     Worker,
 )
-from .retry import Decision, Verdict
+from .retry import Verdict
 from .signals import send_on_commit, signal_listeners
-from .states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition, allowed
+from .states import (
+    IN_FLIGHT_STATES,
+    TRANSITIONS,
+    VERBS,
+    AttemptOutcome,
+    JobState,
+    Transition,
+    allowed,
+)
+from .values import Claimed, Finished, Progress, Renewed, Report, WorkerIdentity
 from .wakeup import wake_on_commit
 
 logger = logging.getLogger("django_jobs.transitions")
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerIdentity:
-    id: uuid.UUID
-    name: str  # host:pid, for people
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """What a worker needs to run one attempt; ``token`` fences its reports."""
-
-    job_id: uuid.UUID
-    attempt_id: int
-    token: int
-    task_name: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    queue: str
-    priority: int
-    max_attempts: int
-    timeout: float | None
-    tenant: str
-    idempotency_key: str | None
-    backend: str
-    enqueued_at: datetime
-    started_at: datetime
-    lease_expires_at: datetime
-    # The previous attempt was lost: it may be what crashed its worker.
-    suspect: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    """A worker's account of how one attempt ended."""
-
-    job_id: uuid.UUID
-    token: int
-    attempt_id: int
-    outcome: AttemptOutcome  # SUCCEEDED, FAILED or TIMED_OUT
-    result: Any = None
-    error_type: str = ""
-    error_message: str = ""
-    traceback: str = ""
-    decision: Decision | None = None  # for failures: what the retry policy said
-    progress: Progress | None = None  # the last progress the task set, if unwritten
-
-    def as_late_report(self) -> dict[str, Any]:
-        return {
-            "outcome": str(self.outcome),
-            "error_type": self.error_type,
-            "error_message": self.error_message[:2000],
-            "reported_at": timezone.now().isoformat(),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    done: int
-    total: int | None
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Renewed:
-    lost: set[tuple[uuid.UUID, int]]  # leases this worker no longer holds
-    cancelling: set[tuple[uuid.UUID, int]]  # held leases whose job was asked to cancel
-
-
-@dataclass(slots=True)
-class Finished:
-    applied: list[tuple[Report, JobState]] = field(default_factory=list)
-    stale: list[Report] = field(default_factory=list)
 
 
 def _sources(transition: Transition) -> list[str]:
@@ -1289,3 +1225,11 @@ def register_worker(
 
 def stop_worker(db: str, worker_id: uuid.UUID) -> None:
     Worker.objects.using(db).filter(id=worker_id, stopped_at=None).update(stopped_at=Now())
+
+
+def idle(db: str, queues: Sequence[str]) -> bool:
+    return not (
+        Job.objects.using(db)
+        .filter(queue__in=queues, state__in=[str(s) for s in IN_FLIGHT_STATES])
+        .exists()
+    )

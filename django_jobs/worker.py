@@ -3,7 +3,7 @@
 Threads and what each owns (each has its own database connection):
 
 * the main thread claims batches sized to the free slots and applies the
-  outcomes reported by job threads in batches (``transitions.finish``);
+  outcomes reported by job threads in batches (``Engine.finish``);
 * ``concurrency`` job threads run task code, outside any transaction of ours;
 * the heartbeat thread renews this process's leases every
   ``HEARTBEAT_SECONDS`` and reaps expired leases of dead workers every
@@ -42,7 +42,7 @@ from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 
-from . import registry, transitions
+from . import registry
 from .attempt import AttemptControl
 from .backend import jobs_backend
 from .exceptions import (
@@ -54,14 +54,13 @@ from .exceptions import (
     UnknownTaskError,
 )
 from .isolation import run_isolated
-from .models import Job
 from .payload import check_result
 from .results import JobResult
 from .retry import Decision, Verdict
 from .schedules import Scheduler
-from .states import IN_FLIGHT_STATES, AttemptOutcome, JobState, django_status
+from .states import AttemptOutcome, JobState, django_status
 from .tasks import JobContext
-from .transitions import Claimed, Report, WorkerIdentity
+from .values import Claimed, Finished, Report, WorkerIdentity
 from .wakeup import Listener
 
 logger = logging.getLogger("django_jobs.worker")
@@ -105,6 +104,7 @@ class Worker:
         self.backend = backend
         self.settings = backend.settings
         self.db = backend.db
+        self.engine = backend.engine
         self.config = config
         self.queues: tuple[str, ...] = config.queues or tuple(sorted(backend.queues))
         unknown = sorted(set(self.queues) - backend.queues)
@@ -153,8 +153,7 @@ class Worker:
     def run(self) -> int:
         registry.discover(self.settings.TASK_MODULES)
         self._retry_db(
-            lambda: transitions.register_worker(
-                self.db,
+            lambda: self.engine.register_worker(
                 self.identity,
                 backend=self.config.backend,
                 host=socket.gethostname(),
@@ -175,7 +174,7 @@ class Worker:
         # Every worker runs a scheduler; each tick still fires once (schedules.py).
         Scheduler(self.backend, self.stopping).start()
         listener = None
-        if self.settings.LISTEN and connections[self.db].vendor == "postgresql":
+        if self.settings.LISTEN and self.engine.listens:
             listener = Listener(self.db, self.queues, self.wake.set, self.stopping)
             listener.start()
         pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="django-jobs-job")
@@ -184,7 +183,7 @@ class Worker:
         finally:
             self.stopping.set()
             pool.shutdown(wait=False, cancel_futures=True)
-            self._retry_db(lambda: transitions.stop_worker(self.db, self.identity.id), tries=5)
+            self._retry_db(lambda: self.engine.stop_worker(self.identity.id), tries=5)
             connections.close_all()
         logger.info("Worker %s stopped after %d jobs", self.identity.name, self.jobs_done)
         return self.exit_code
@@ -292,7 +291,7 @@ class Worker:
             return
         reports = list(self.abandoned.values())
         self._retry_db(
-            lambda: transitions.finish(self.db, self.identity.id, reports, self.settings),
+            lambda: self.engine.finish(self.identity.id, reports),
             tries=10,
         )
         with self.running_lock:
@@ -308,11 +307,7 @@ class Worker:
 
     def _idle(self) -> bool:
         try:
-            return not (
-                Job.objects.using(self.db)
-                .filter(queue__in=self.queues, state__in=[str(s) for s in IN_FLIGHT_STATES])
-                .exists()
-            )
+            return self.engine.idle(self.queues)
         except DatabaseError as exc:
             self._db_fault("idle check", exc)
             return False
@@ -350,15 +345,8 @@ class Worker:
         scope = transaction.atomic(using=self.db) if reports else contextlib.nullcontext()
         try:
             with scope:
-                done = transitions.finish(self.db, self.identity.id, reports, self.settings)
-                got = transitions.claim(
-                    self.db,
-                    self.identity,
-                    self.queues,
-                    limit,
-                    self.settings.LEASE_SECONDS,
-                    self.settings,
-                )
+                done = self.engine.finish(self.identity.id, reports)
+                got = self.engine.claim(self.identity, self.queues, limit)
         except DatabaseError as exc:
             self._db_fault("report and claim", exc)
             return []
@@ -366,7 +354,7 @@ class Worker:
         self._reported(reports, done)
         return got
 
-    def _reported(self, batch: list[Report], done: transitions.Finished) -> None:
+    def _reported(self, batch: list[Report], done: Finished) -> None:
         ended: dict[tuple[uuid.UUID, int], Running] = {}
         with self.running_lock:
             for report in batch:
@@ -394,7 +382,7 @@ class Worker:
 
     def _release_all(self, reason: str) -> None:
         released = self._retry_db(
-            lambda: transitions.release_worker(self.db, self.identity.id, reason), tries=5
+            lambda: self.engine.release_worker(self.identity.id, reason), tries=5
         )
         if released:
             logger.warning("Released %d running job(s): %s", released, reason)
@@ -434,9 +422,7 @@ class Worker:
                     for key, item in running.items()
                     if (value := item.control.take_progress()) is not None
                 }
-                renewed = transitions.renew(
-                    self.db, self.identity.id, running, self.settings.LEASE_SECONDS, progress
-                )
+                renewed = self.engine.renew(self.identity.id, running, progress)
                 for key in renewed.cancelling:
                     if key in running:
                         running[key].control.request_cancel()
@@ -454,10 +440,8 @@ class Worker:
                 self.lost_leases |= lost
                 if time.monotonic() >= next_reap:
                     next_reap = time.monotonic() + self.settings.REAP_SECONDS
-                    reaped = transitions.reap(
-                        self.db, poison_after=self.settings.POISON_LOST_ATTEMPTS
-                    )
-                    transitions.expire_overdue(self.db)
+                    reaped = self.engine.reap()
+                    self.engine.expire_overdue()
                     if reaped:
                         logger.warning("Reaped %d expired lease(s).", reaped)
             except DatabaseError as exc:
@@ -545,14 +529,7 @@ class Worker:
             return self._stopped_report(item, stop())
         how = f"killed by signal {-outcome}" if outcome < 0 else f"exit {outcome}"
         reason = f"isolated attempt's process died ({how})"
-        transitions.release_lease(
-            self.db,
-            self.identity.id,
-            claimed.job_id,
-            claimed.token,
-            reason,
-            self.settings.POISON_LOST_ATTEMPTS,
-        )
+        self.engine.release_lease(self.identity.id, claimed.job_id, claimed.token, reason)
         return Report(
             job_id=claimed.job_id,
             token=claimed.token,

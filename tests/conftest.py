@@ -146,18 +146,16 @@ def one_slot_fair_order(db: str, backend: str, queue: str, options: dict[str, An
     """
     from django_jobs import AttemptOutcome, enqueue_many, transitions
     from django_jobs.conf import JobsOptions
+    from django_jobs.values import Report, WorkerIdentity
     from tests.testapp import tasks
 
-    me = transitions.WorkerIdentity(uuid.uuid4(), "one slot")
+    me = WorkerIdentity(uuid.uuid4(), "one slot")
     fair = JobsOptions.from_mapping(backend, options)
     noop = tasks.noop.using(backend=backend, queue_name=queue)
 
     def claim_one() -> list[str]:
         got = transitions.claim(db, me, [queue], 1, 30.0, fair)
-        done = [
-            transitions.Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED)
-            for c in got
-        ]
+        done = [Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED) for c in got]
         transitions.finish(db, me.id, done, fair)
         return [c.tenant for c in got]
 

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 
 from django_jobs import enqueue_many, transitions
 from django_jobs.conf import JobsOptions
-from django_jobs.transitions import WorkerIdentity
+from django_jobs.values import WorkerIdentity
 from tests.conftest import analyse_empty_tables, statement_plans
 from tests.testapp import tasks
 

@@ -29,7 +29,7 @@ from django_jobs.exceptions import (
 from django_jobs.models import Attempt, Job, JobEvent, QueueEvent, RetryWindow, Worker
 from django_jobs.retry import Decision, Verdict
 from django_jobs.signals import job_cancelled, job_exhausted
-from django_jobs.transitions import Report, WorkerIdentity
+from django_jobs.values import Report, WorkerIdentity
 from tests.conftest import WorkerProcess, wait_until
 from tests.testapp import tasks
 

@@ -20,7 +20,8 @@ from django_jobs import (
 from django_jobs.models import Dependency, Job, JobEvent
 from django_jobs.signals import job_transitioned
 from django_jobs.states import AttemptOutcome
-from django_jobs.transitions import Claimed, Progress, Report, WorkerIdentity, claim, finish
+from django_jobs.transitions import claim, finish
+from django_jobs.values import Claimed, Progress, Report, WorkerIdentity
 from tests.conftest import listen_for_wakeups, run_in_processes, statement_plans
 from tests.testapp import tasks
 

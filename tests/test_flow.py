@@ -21,7 +21,7 @@ from django_jobs import JobState, control, enqueue_many, transitions
 from django_jobs.conf import JobsOptions
 from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.models import Attempt, Job, QueueEvent
-from django_jobs.transitions import WorkerIdentity
+from django_jobs.values import Claimed, WorkerIdentity
 from tests.conftest import WorkerProcess, analyse_empty_tables, one_slot_fair_order, wait_until
 from tests.testapp import tasks
 from tests.testapp.models import Probe
@@ -36,7 +36,7 @@ def rules() -> JobsOptions:
     return task_backends["flow"].settings  # type: ignore[attr-defined, no-any-return]
 
 
-def claim(queues: Sequence[str], limit: int = 10) -> list[transitions.Claimed]:
+def claim(queues: Sequence[str], limit: int = 10) -> list[Claimed]:
     me = WorkerIdentity(uuid.uuid4(), "test")
     return transitions.claim("default", me, queues, limit, 30.0, rules())
 
@@ -207,7 +207,7 @@ def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
 def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_not_nothing(pg: None) -> None:
     bulk_queue("tenant-a", 20)
     bulk_queue("tenant-b", 20)
-    others: list[transitions.Claimed] = []
+    others: list[Claimed] = []
 
     def claim_elsewhere() -> None:
         others.extend(claim(["fair"], limit=4))

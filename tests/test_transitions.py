@@ -17,7 +17,7 @@ from django_jobs.exceptions import InvalidTransitionError
 from django_jobs.models import Attempt, Job, JobEvent, Lease
 from django_jobs.retry import Decision, Verdict
 from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition
-from django_jobs.transitions import Report, WorkerIdentity
+from django_jobs.values import Report, WorkerIdentity
 from tests.conftest import run_in_processes
 
 pytestmark = pytest.mark.postgres

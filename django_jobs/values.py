@@ -1,0 +1,93 @@
+"""The values that travel between the worker's parts and the engine.
+
+A claim hands the producer ``Claimed`` attempts; the executor turns each into
+a ``Report``; the completer hands reports to the engine and gets ``Finished``
+back; the lifeline renews leases and learns what was ``Renewed``. They are
+plain frozen data so that every part can be tested without the others, and so
+that an isolated child can send a report through a pipe.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from .retry import Decision
+from .states import AttemptOutcome, JobState
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerIdentity:
+    id: uuid.UUID
+    name: str  # host:pid, for people
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What a worker needs to run one attempt; ``token`` fences its reports."""
+
+    job_id: uuid.UUID
+    attempt_id: int
+    token: int
+    task_name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    tenant: str
+    idempotency_key: str | None
+    backend: str
+    enqueued_at: datetime
+    started_at: datetime
+    lease_expires_at: datetime
+    # The previous attempt was lost: it may be what crashed its worker.
+    suspect: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A worker's account of how one attempt ended."""
+
+    job_id: uuid.UUID
+    token: int
+    attempt_id: int
+    outcome: AttemptOutcome  # SUCCEEDED, FAILED or TIMED_OUT
+    result: Any = None
+    error_type: str = ""
+    error_message: str = ""
+    traceback: str = ""
+    decision: Decision | None = None  # for failures: what the retry policy said
+    progress: Progress | None = None  # the last progress the task set, if unwritten
+
+    def as_late_report(self) -> dict[str, Any]:
+        return {
+            "outcome": str(self.outcome),
+            "error_type": self.error_type,
+            "error_message": self.error_message[:2000],
+            "reported_at": timezone.now().isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    done: int
+    total: int | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    lost: set[tuple[uuid.UUID, int]]  # leases this worker no longer holds
+    cancelling: set[tuple[uuid.UUID, int]]  # held leases whose job was asked to cancel
+
+
+@dataclass(slots=True)
+class Finished:
+    applied: list[tuple[Report, JobState]] = field(default_factory=list)
+    stale: list[Report] = field(default_factory=list)
