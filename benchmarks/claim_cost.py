@@ -52,7 +52,8 @@ def time_claims(queue: str, batch: int, claims: int) -> list[float]:
     from django.db import transaction
     from django.tasks import task_backends
 
-    from django_jobs import AttemptOutcome, transitions
+    from django_jobs import AttemptOutcome
+    from django_jobs.engine import engine_for
     from django_jobs.values import Report, WorkerIdentity
 
     rules = task_backends["claims"].settings  # type: ignore[attr-defined]
@@ -61,10 +62,10 @@ def time_claims(queue: str, batch: int, claims: int) -> list[float]:
     for _ in range(claims):
         start = time.perf_counter()
         with transaction.atomic():
-            got = transitions.claim("default", me, [queue], batch, 30.0, rules)
+            got = engine_for("default", rules).claim(me, [queue], batch, 30.0)
         times.append((time.perf_counter() - start) * 1000)
         reports = [Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED) for c in got]
-        transitions.finish("default", me.id, reports, rules)
+        engine_for("default", rules).finish(me.id, reports)
         enqueue(queue, Counter(c.tenant for c in got))
     return times
 

@@ -7,4 +7,4 @@ class DjangoJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401 - registers the system checks
+        from . import api_checks  # noqa: F401 - registers the API's system checks

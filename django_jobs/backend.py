@@ -55,7 +55,7 @@ from .tasks import JobTask
 
 if TYPE_CHECKING:
     from .bulk import Call
-    from .engine import Engine
+    from .engine.base import Engine
     from .enqueue import DepthGauge
     from .models import Job
     from .results import JobResult
@@ -161,7 +161,7 @@ class JobsBackend(BaseTaskBackend):
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None:
             self.depth.check(self.db, task.queue_name, limit)
-        stored = accept(self.db, job, encoded, lambda j: self._announce(task, j), after)
+        stored = accept(self.engine, job, encoded, lambda j: self._announce(task, j), after)
         return build(task, stored, [])
 
     def enqueue_many(
@@ -198,7 +198,7 @@ class JobsBackend(BaseTaskBackend):
         after = dependency_ids(task.after) if isinstance(task, JobTask) else []
         if after:
             # Refuses a bad dependency now; sets the state the results report.
-            wait_for(self.db, prototype, after, lock=False)
+            wait_for(self.engine, prototype, after, lock=False)
         shared = result_fields(build(task, prototype, []))
         results: list[JobResult] = []
         ids = new_ids(len(given))
@@ -227,7 +227,7 @@ class JobsBackend(BaseTaskBackend):
                 for result in results:
                     task_enqueued.send(type(self), task_result=result)
 
-        accept_many(self.db, prototype, validated(), announce, after)
+        accept_many(self.engine, prototype, validated(), announce, after)
         if prototype.state != shared["state"]:
             # A dependency finished between the unlocked look and the locked one.
             for result in results:

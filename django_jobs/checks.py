@@ -1,29 +1,23 @@
-"""System checks, run by ``manage.py check`` and by every command that runs checks.
+"""The backends' system checks, run by ``manage.py check`` and by every command that runs checks.
 
 Each configuration mistake django-jobs can see becomes one ``django_jobs.E0xx``
 message with a hint, never a traceback: ``OPTIONS`` mistakes are kept by the
-backend (``JobsBackend.problem``) and reported here; the database and the API
-are looked at here. The ids and what they mean are listed in
-docs/configuration.md ("System checks").
+backend (``JobsBackend.problem``) and reported here, with what the jobs
+database needs; the API's are in ``api_checks.py``. The ids and what they
+mean are listed in docs/configuration.md ("System checks").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core import checks
-from django.core.exceptions import ImproperlyConfigured
-from django.urls import URLPattern, URLResolver, get_resolver
+
+from .engine import vendors
 
 if TYPE_CHECKING:
     from .backend import JobsBackend
-
-SUPPORTED_VENDORS = ("postgresql", "sqlite3")
-API_URLCONF = "django_jobs.api.urls"
-API_HINT = "See 'Configuration: DJANGO_JOBS_API' in django-jobs' docs/api.md."
 
 
 def check_backend(backend: JobsBackend) -> list[checks.CheckMessage]:
@@ -44,8 +38,8 @@ def check_backend(backend: JobsBackend) -> list[checks.CheckMessage]:
         )
         return errors
     engine = database.get("ENGINE", "")
-    vendor = engine.rsplit(".", 1)[-1].replace("postgresql_psycopg2", "postgresql")
-    if vendor not in SUPPORTED_VENDORS:
+    vendor = vendors.of_setting(engine)
+    if vendor is None:
         errors.append(
             checks.Error(
                 f"{where} keeps jobs in {engine}, which django_jobs does not support.",
@@ -53,83 +47,15 @@ def check_backend(backend: JobsBackend) -> list[checks.CheckMessage]:
                 id="django_jobs.E003",
             )
         )
-    if vendor == "sqlite3":
-        mode = str(database.get("OPTIONS", {}).get("transaction_mode", "")).upper()
-        if mode not in ("IMMEDIATE", "EXCLUSIVE"):
+    for option, (accepted, why) in vendors.REQUIRED_OPTIONS.get(vendor or "", {}).items():
+        value = str(database.get("OPTIONS", {}).get(option, "")).upper()
+        if value not in accepted:
             errors.append(
                 checks.Error(
-                    f"DATABASES[{backend.db!r}] is SQLite without "
-                    "OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
-                    hint="SQLite has no row locks; django_jobs serialises claims with "
-                    "BEGIN IMMEDIATE. Without it, concurrent workers fail with "
-                    "'database is locked'.",
+                    f"DATABASES[{backend.db!r}] is {vendors.LABELS[vendor or '']} without "
+                    f"OPTIONS[{option!r}] = {accepted[0]!r}.",
+                    hint=why,
                     id="django_jobs.E004",
                 )
             )
     return errors
-
-
-@checks.register("django_jobs")
-def check_api(
-    *,
-    app_configs: Sequence[AppConfig] | None = None,
-    databases: Sequence[str] | None = None,
-    **kwargs: Any,
-) -> list[checks.CheckMessage]:
-    """``DJANGO_JOBS_API`` and the browsable API, where the API is mounted or configured."""
-    configured = hasattr(settings, "DJANGO_JOBS_API")
-    mounted = api_mounted()
-    if not (configured or mounted):
-        return []
-    from .api.conf import SETTING, load
-
-    errors: list[checks.CheckMessage] = []
-    try:
-        load(getattr(settings, SETTING, None))
-    except ImproperlyConfigured as exc:
-        errors.append(checks.Error(str(exc), hint=API_HINT, id="django_jobs.E008"))
-    if mounted and not apps.is_installed("rest_framework") and _browsable():
-        errors.append(
-            checks.Error(
-                f"{API_URLCONF} is mounted and renders the browsable API, but "
-                "'rest_framework' is not in INSTALLED_APPS, so its pages cannot find "
-                "their templates.",
-                hint="Add 'rest_framework' to INSTALLED_APPS, or leave "
-                "rest_framework.renderers.BrowsableAPIRenderer out of "
-                "REST_FRAMEWORK['DEFAULT_RENDERER_CLASSES'].",
-                id="django_jobs.E009",
-            )
-        )
-    return errors
-
-
-def api_mounted() -> bool:
-    """Whether the project's URLconf includes ``django_jobs.api.urls`` anywhere."""
-    if not getattr(settings, "ROOT_URLCONF", None):
-        return False
-    try:
-        patterns = get_resolver().url_patterns
-    except Exception:  # a URLconf that does not import: Django's URL check says why
-        return False
-    return _includes_api(patterns)
-
-
-def _includes_api(patterns: list[URLPattern | URLResolver]) -> bool:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            module = pattern.urlconf_module
-            if getattr(module, "__name__", module) == API_URLCONF:
-                return True
-            if _includes_api(pattern.url_patterns):
-                return True
-    return False
-
-
-def _browsable() -> bool:
-    from rest_framework.renderers import BrowsableAPIRenderer
-    from rest_framework.settings import api_settings
-
-    return any(
-        isinstance(renderer, type) and issubclass(renderer, BrowsableAPIRenderer)
-        for renderer in api_settings.DEFAULT_RENDERER_CLASSES  # classes: DRF imports them
-    )

@@ -3,10 +3,11 @@
 ``task.using(after=[a, b]).enqueue(...)`` writes the job ``waiting`` with
 ``waiting_on`` = how many of ``a`` and ``b`` have not succeeded yet (or
 ``queued`` if both already have), and one ``Dependency`` row for each. From
-there the transitions take over: each success decrements its waiting
-dependents' count and queues those it brings to zero; a discarded dependency
-cancels them (``transitions.py``). A dependency that failed, was cancelled or
-expired leaves its dependents waiting: an operator may still retry it.
+there the engine takes over: each success decrements its waiting dependents'
+count and queues those it brings to zero (``engine/completion.py``); a
+discarded dependency cancels them (``engine/operator.py``). A dependency that
+failed, was cancelled or expired leaves its dependents waiting: an operator
+may still retry it.
 
 The jobs waited for are locked ``FOR SHARE`` while the new job is written, so
 a dependency cannot finish between the moment its state is read here and the
@@ -17,14 +18,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.db import connections
 from django.db.models import QuerySet
 
 from .exceptions import DependencyError
-from .models import Dependency, Job
+from .models import Job
 from .states import JobState
+
+if TYPE_CHECKING:
+    from .engine.base import Engine
 
 # More than this is a batch, not a dependency list: enqueue a job after a few
 # "barrier" jobs instead.
@@ -58,7 +61,7 @@ def dependency_ids(after: Iterable[Any]) -> list[uuid.UUID]:
     return list(ids)
 
 
-def wait_for(db: str, job: Job, ids: Sequence[uuid.UUID], *, lock: bool = True) -> None:
+def wait_for(engine: Engine, job: Job, ids: Sequence[uuid.UUID], *, lock: bool = True) -> None:
     """Read the states of the jobs ``job`` waits for and set its first state from theirs.
 
     Raises ``DependencyError`` if one is missing or discarded. ``job`` is not
@@ -67,29 +70,12 @@ def wait_for(db: str, job: Job, ids: Sequence[uuid.UUID], *, lock: bool = True) 
     locking, to refuse bad input and to tell the caller the likely state
     before the transaction that writes, which reads again with the lock.
     """
-    states = _states(db, ids, lock=lock)
+    states = engine.dependency_states(ids, lock=lock)
     _check(ids, states)
     unmet = sum(1 for state in states.values() if state != JobState.SUCCEEDED)
     # The new job's initial state, set before its only insert.
     job.state = JobState.WAITING if unmet else JobState.QUEUED
     job.waiting_on = unmet
-
-
-def add_dependencies(db: str, job_ids: Sequence[uuid.UUID | str], ids: Sequence[uuid.UUID]) -> None:
-    """One row per (new job, job it waits for)."""
-    connection = connections[db]
-    if connection.vendor != "postgresql":
-        rows = [Dependency(job_id=job, depends_on_id=on) for job in job_ids for on in ids]
-        Dependency.objects.using(db).bulk_create(rows, batch_size=1000)
-        return
-    with connection.cursor() as cursor:
-        # One statement for a whole enqueue_many batch, not a model per row.
-        cursor.execute(
-            f"INSERT INTO {Dependency._meta.db_table} (job_id, depends_on_id) "
-            "SELECT job.id, depends_on.id "
-            "FROM unnest(%s::uuid[]) AS job(id) CROSS JOIN unnest(%s::uuid[]) AS depends_on(id)",
-            [[str(job) for job in job_ids], [str(on) for on in ids]],
-        )
 
 
 def waits_for(job: Job) -> QuerySet[Job]:
@@ -106,21 +92,6 @@ def waited_for_by(job: Job) -> QuerySet[Job]:
         .filter(dependencies__depends_on=job)
         .order_by("enqueued_at", "id")
     )
-
-
-def _states(db: str, ids: Sequence[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, str]:
-    connection = connections[db]
-    if not lock or connection.vendor != "postgresql":
-        # SQLite: one writer at a time; there is nothing finer to lock.
-        return dict(Job.objects.using(db).filter(id__in=ids).values_list("id", "state"))
-    with connection.cursor() as cursor:
-        # FOR SHARE, not FOR UPDATE: jobs enqueued after the same job at once
-        # do not wait for each other, only the job's completion waits for them.
-        cursor.execute(
-            f"SELECT id, state FROM {Job._meta.db_table} WHERE id = ANY(%s) FOR SHARE",
-            [list(ids)],
-        )
-        return dict(cursor.fetchall())
 
 
 def _check(ids: Sequence[uuid.UUID], states: dict[uuid.UUID, str]) -> None:

@@ -27,13 +27,13 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from . import pgsql
-from .bulk import Call, copy_jobs
-from .dependencies import add_dependencies, wait_for
+from .bulk import Call
+from .dependencies import wait_for
+from .engine.base import Engine
+from .engine.wakeups import wake_on_commit
 from .exceptions import QueueFullError
 from .models import Job
 from .states import JobState
-from .wakeup import owes_notify, wake_on_commit
 
 
 def dedup_scope(task_name: str, tenant: str) -> str:
@@ -46,20 +46,21 @@ def find_existing(db: str, scope: str, key: str | None) -> Job | None:
     return Job.objects.using(db).filter(dedup_scope=scope, idempotency_key=key).first()
 
 
-def insert(db: str, job: Job, after: Sequence[uuid.UUID] = ()) -> tuple[Job, bool]:
+def insert(engine: Engine, job: Job, after: Sequence[uuid.UUID] = ()) -> tuple[Job, bool]:
     """Insert ``job`` or return the one that already holds its idempotency key.
 
     ``after``: the jobs it waits for (``dependencies.py``). Returns (job, created).
     """
+    db = engine.db
     if job.idempotency_key is None:
-        return _write(db, job, after), True
+        return _write(engine, job, after), True
     existing = find_existing(db, job.dedup_scope, job.idempotency_key)
     if existing is not None:
         return existing, False
     try:
         # A savepoint, so losing the race does not abort the caller's transaction.
         with transaction.atomic(using=db):
-            _write(db, job, after)
+            _write(engine, job, after)
     except IntegrityError:
         # The other insert has committed (PostgreSQL made us wait for it), and
         # under READ COMMITTED this new statement sees its row.
@@ -70,12 +71,12 @@ def insert(db: str, job: Job, after: Sequence[uuid.UUID] = ()) -> tuple[Job, boo
     return job, True
 
 
-def _write(db: str, job: Job, after: Sequence[uuid.UUID]) -> Job:
+def _write(engine: Engine, job: Job, after: Sequence[uuid.UUID]) -> Job:
     if after:
-        wait_for(db, job, after)
-    job.save(using=db, force_insert=True)
+        wait_for(engine, job, after)
+    job.save(using=engine.db, force_insert=True)
     if after:
-        add_dependencies(db, [job.id], after)
+        engine.add_dependencies([job.id], after)
     return job
 
 
@@ -139,7 +140,7 @@ def _columns() -> list[tuple[str, Callable[[], Any]]]:
 
 
 def accept(
-    db: str,
+    engine: Engine,
     job: Job,
     encoded: tuple[str, str],
     announce: Callable[[Job], None],
@@ -152,20 +153,20 @@ def accept(
     Returns the job that holds the work: ``job`` itself, or the existing job
     with the same idempotency key.
     """
+    db = engine.db
     if after:
         # Bad input fails here, leaving the caller's transaction usable; the
         # insert reads again with the rows locked.
-        wait_for(db, job, after, lock=False)
+        wait_for(engine, job, after, lock=False)
     elsewhere = open_transactions_elsewhere(db)
-    if not elsewhere and not after and _one_statement(db, job):
-        pgsql.insert_job(db, job, *encoded, notify=owes_notify(db, job.queue))
+    if not elsewhere and not after and engine.insert_now(job, *encoded):
         job._state.adding, job._state.db = False, db  # as save() leaves it
         transaction.on_commit(lambda: announce(job), using=db, robust=True)
         return job
     if not elsewhere:
         # Outside a transaction, one of our own: the row and its NOTIFY share one commit.
         with transaction.atomic(using=db, savepoint=False):
-            stored, created = insert(db, job, after)
+            stored, created = insert(engine, job, after)
             if created:
                 _wake_if_queued(db, stored)
                 transaction.on_commit(lambda: announce(stored), using=db, robust=True)
@@ -176,7 +177,7 @@ def accept(
 
     def insert_later() -> None:
         with transaction.atomic(using=db):  # the row, its dependencies, their locks
-            stored, created = insert(db, job, after)
+            stored, created = insert(engine, job, after)
             if created:
                 _wake_if_queued(db, stored)
         if created:
@@ -191,23 +192,8 @@ def _wake_if_queued(db: str, job: Job) -> None:
         wake_on_commit(db, job.queue)
 
 
-def _one_statement(db: str, job: Job) -> bool:
-    """Whether ``job`` can be written by one INSERT (``pgsql.insert_job``) where it stands.
-
-    On PostgreSQL, for a job without an idempotency key (that one needs its
-    lookup and a savepoint), in the caller's transaction or in autocommit,
-    where the statement commits by itself with its NOTIFY.
-    """
-    connection = connections[db]
-    return (
-        connection.vendor == "postgresql"
-        and job.idempotency_key is None
-        and (connection.in_atomic_block or connection.get_autocommit())
-    )
-
-
 def accept_many(
-    db: str,
+    engine: Engine,
     prototype: Job,
     calls: Iterator[Call],
     announce: Callable[[], None],
@@ -216,18 +202,19 @@ def accept_many(
     """Write a job per call in bulk, as part of the caller's transaction (see ``accept``).
 
     ``calls`` validates each call as it is drained and raises at a bad one.
-    On PostgreSQL, in the jobs database, the rows stream into COPY while the
-    calls are still being validated, so the server inserts while Python
-    works; a bad call aborts the COPY and its savepoint rolls back every row
-    before it, leaving the caller's transaction as it was. Otherwise every
-    call is validated before anything is written. ``prototype`` carries the
-    columns every job shares (see ``bulk.copy_jobs``); ``announce`` runs once
-    after the commit (it sends every job's signal). ``after``: the jobs every
-    one of them waits for (checked, unlocked, by the caller already).
+    Where the engine streams bulk inserts (PostgreSQL's COPY), in the jobs
+    database, the rows are written while the calls are still being
+    validated, so the server inserts while Python works; a bad call aborts
+    the COPY and its savepoint rolls back every row before it, leaving the
+    caller's transaction as it was. Otherwise every call is validated before
+    anything is written. ``prototype`` carries the columns every job shares
+    (see ``bulk.py``); ``announce`` runs once after the commit (it sends
+    every job's signal). ``after``: the jobs every one of them waits for
+    (checked, unlocked, by the caller already).
     """
-    elsewhere = open_transactions_elsewhere(db)
-    write = partial(_write_many, db, prototype, announce=announce, after=after)
-    if connections[db].vendor == "postgresql" and not elsewhere:
+    elsewhere = open_transactions_elsewhere(engine.db)
+    write = partial(_write_many, engine, prototype, announce=announce, after=after)
+    if engine.streams_bulk and not elsewhere:
         write(calls)
         return
     validated = list(calls)
@@ -235,27 +222,23 @@ def accept_many(
 
 
 def _write_many(
-    db: str,
+    engine: Engine,
     prototype: Job,
     calls: Iterator[Call],
     *,
     announce: Callable[[], None],
     after: Sequence[uuid.UUID],
 ) -> None:
-    """The rows of ``calls`` (COPY on PostgreSQL), their dependencies, and the wake-up."""
-    with transaction.atomic(using=db):
+    """The rows of ``calls``, their dependencies, and the wake-up."""
+    with transaction.atomic(using=engine.db):
         written: list[str] = []
         if after:
-            wait_for(db, prototype, after)
+            wait_for(engine, prototype, after)
             calls = _recorded(calls, written)
-        if connections[db].vendor == "postgresql":
-            copy_jobs(db, prototype, calls)
-        else:
-            jobs = [_job_of(prototype, call) for call in calls]
-            Job.objects.using(db).bulk_create(jobs, batch_size=1000)
+        engine.bulk_insert(prototype, calls)
         if after:
-            add_dependencies(db, written, after)
-        _announce_many(db, prototype, announce)
+            engine.add_dependencies(written, after)
+        _announce_many(engine.db, prototype, announce)
 
 
 def _recorded(calls: Iterator[Call], ids: list[str]) -> Iterator[Call]:
@@ -269,7 +252,8 @@ def _announce_many(db: str, prototype: Job, announce: Callable[[], None]) -> Non
     transaction.on_commit(announce, using=db, robust=True)
 
 
-def _job_of(prototype: Job, call: Call) -> Job:
+def job_of(prototype: Job, call: Call) -> Job:
+    """The model of one call of a batch, for engines that insert models."""
     values = {
         **{name: getattr(prototype, name) for name, _ in _columns()},
         "id": call.id,

@@ -23,12 +23,13 @@ Counting what each tenant *received* is the point: ranking by what runs at
 this instant (the previous design) gave every tenant the same rank whenever
 nothing ran, and the tie went to the oldest job, the big backlog, every time.
 
-The clocks are written after the claim commits (``record``), one short
+The clocks are written after the claim commits (``Engine.record_served``), one short
 statement that locks the rows in tenant order: claimers never wait on each
 other inside a claim, and a crash between the two loses one batch's
-accounting, never a job. PostgreSQL's fair claim (``pgsql.CLAIM_FAIR``) does
-this ranking in SQL; the claim that also counts limits, and SQLite's, call
-``order`` below.
+accounting, never a job. PostgreSQL's fair claim (``CLAIM_FAIR`` in
+``engine/postgres/statements.py``) does this ranking in SQL; the claim that
+also counts limits, and SQLite's, call ``order`` below. Pure functions: the
+engines read and write the clocks.
 """
 
 from __future__ import annotations
@@ -37,13 +38,6 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-
-from django.db import connections, transaction
-from django.db.models import F
-from django.utils import timezone
-
-from . import pgsql
-from .models import FairClock
 
 
 @dataclass(frozen=True)
@@ -110,65 +104,12 @@ def order(
     return [(head, start) for *_, head, start in ranked]
 
 
-def clocks(db: str, queue: str, tenants: Iterable[str]) -> dict[str, Clock]:
-    """The clocks of these tenants of ``queue`` (tenants never claimed have none)."""
-    rows = FairClock.objects.using(db).filter(queue=queue, tenant__in=set(tenants))
-    return {row.tenant: Clock(row.start, row.finish) for row in rows}
-
-
-def record_on_commit(
-    db: str,
-    queue: str,
-    served: Mapping[str, tuple[int, float]],
-    weights: Mapping[str, float],
-    prepare: bool,
-) -> None:
-    """Move the clocks of the tenants a claim served on, once that claim commits.
-
-    ``served`` maps each tenant to (jobs claimed, the base its ranks counted
-    from). Outside the claim's transaction, so no claimer holds these rows
-    while it works; robust, since a clock not moved costs one batch of
-    accuracy and must not fail the claim that already committed.
-    """
-    if served:
-        transaction.on_commit(
-            lambda: record(db, queue, served, weights, prepare), using=db, robust=True
-        )
-
-
-def record(
-    db: str,
-    queue: str,
-    served: Mapping[str, tuple[int, float]],
-    weights: Mapping[str, float],
-    prepare: bool = False,
-) -> None:
-    """Add what a committed claim gave each tenant to its clock (see ``advance``)."""
-    tenants = sorted(served)  # one lock order for every worker: no deadlock
-    weight = [float(weights.get(tenant, 1.0)) for tenant in tenants]
-    if connections[db].vendor == "postgresql":
-        params = {
-            "queue": queue,
-            "tenants": tenants,
-            "counts": [served[t][0] for t in tenants],
-            "bases": [served[t][1] for t in tenants],
-            "weights": weight,
-        }
-        pgsql.fetch(db, pgsql.RECORD_FAIR_CLAIMS, params, prepare=prepare)
-        return
-    # SQLite serialises writers, so reading the clocks and writing them back
-    # in one transaction is the same upsert.
-    now = timezone.now()
-    with transaction.atomic(using=db):
-        known = clocks(db, queue, tenants)
-        for tenant, w in zip(tenants, weight, strict=True):
-            claims, start = served[tenant]
-            moved = advance(known.get(tenant), start, claims, w)
-            values = {"start": moved.start, "finish": moved.finish, "weight": w, "updated_at": now}
-            mine = FairClock.objects.using(db).filter(queue=queue, tenant=tenant)
-            if tenant in known:
-                mine.update(claims=F("claims") + claims, **values)
-            else:
-                FairClock.objects.using(db).create(
-                    queue=queue, tenant=tenant, claims=claims, **values
-                )
+def served(
+    claimed: Iterable[tuple[str, float]],
+) -> dict[str, tuple[int, float]]:
+    """Per tenant: how many jobs a fair claim took, and the base their ranks counted from."""
+    served: dict[str, tuple[int, float]] = {}
+    for tenant, start in claimed:
+        count, _ = served.get(tenant, (0, start))
+        served[tenant] = (count + 1, start)
+    return served

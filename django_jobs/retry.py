@@ -1,7 +1,7 @@
 """The retry policy: given an exception and the attempt number, what happens next.
 
 Pure Python on purpose (no database, no clock): the worker asks for a
-``Decision`` and the transitions layer applies it, so every branch here is unit
+``Decision`` and the engine applies it, so every branch here is unit
 tested without a worker.
 
 Backoff is exponential with *full jitter* (a uniform draw between 0 and
@@ -11,9 +11,11 @@ over the whole window instead of stampeding back together.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from .exceptions import RetryLater
@@ -79,3 +81,27 @@ class RetryPolicy:
         if attempt >= self.max_attempts:
             return Decision(Verdict.EXHAUSTED)
         return Decision(Verdict.RETRY, self.backoff.delay(attempt, rand))
+
+
+def budget_window(now: datetime, window: float) -> datetime:
+    """The start of the fixed retry-budget window of ``window`` seconds holding ``now``."""
+    start = math.floor(now.timestamp() / window) * window
+    return datetime.fromtimestamp(start, tz=now.tzinfo or UTC)
+
+
+def within_budget(
+    at: datetime, start: datetime, count: int, budget: int, window: float, jitter: float
+) -> datetime:
+    """When the ``count``-th retry of the window starting at ``start`` may run.
+
+    The rule (docs/control.md): the first ``budget`` retries of a window keep
+    their backoff (``at``); the n-th beyond it is pushed to moment ``jitter``
+    (0..1) of the window ``ceil(n / budget)`` windows later, so retries past
+    the budget drain at ``budget`` per window instead of piling onto a
+    failing dependency.
+    """
+    over = count - budget
+    if over <= 0:
+        return at
+    pushed = start + timedelta(seconds=window * (math.ceil(over / budget) + jitter))
+    return max(at, pushed)

@@ -144,8 +144,9 @@ def one_slot_fair_order(db: str, backend: str, queue: str, options: dict[str, An
     cannot tell the tenants apart. Three claims are made before c's jobs
     arrive, 200 after.
     """
-    from django_jobs import AttemptOutcome, enqueue_many, transitions
+    from django_jobs import AttemptOutcome, enqueue_many
     from django_jobs.conf import JobsOptions
+    from django_jobs.engine import engine_for
     from django_jobs.values import Report, WorkerIdentity
     from tests.testapp import tasks
 
@@ -154,9 +155,9 @@ def one_slot_fair_order(db: str, backend: str, queue: str, options: dict[str, An
     noop = tasks.noop.using(backend=backend, queue_name=queue)
 
     def claim_one() -> list[str]:
-        got = transitions.claim(db, me, [queue], 1, 30.0, fair)
+        got = engine_for(db, fair).claim(me, [queue], 1, 30.0)
         done = [Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED) for c in got]
-        transitions.finish(db, me.id, done, fair)
+        engine_for(db, fair).finish(me.id, done)
         return [c.tenant for c in got]
 
     enqueue_many(noop.using(tenant="a"), [((), {})] * 2000)

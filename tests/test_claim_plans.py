@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_jobs import enqueue_many, transitions
+from django_jobs import enqueue_many
 from django_jobs.conf import JobsOptions
+from django_jobs.engine import engine_for
 from django_jobs.values import WorkerIdentity
 from tests.conftest import analyse_empty_tables, statement_plans
 from tests.testapp import tasks
@@ -83,7 +84,7 @@ def test_claim__reads_only_the_heads_of_its_index_when_statistics_were_taken_on_
     with statement_plans() as plans:
         for _ in range(8):  # prepared statements switch to a generic plan after five
             with transaction.atomic():
-                batches.append(len(transitions.claim("default", me, ["other"], batch, 30.0, rules)))
+                batches.append(len(engine_for("default", rules).claim(me, ["other"], batch, 30.0)))
     worst = max(plans, key=job_rows_read)
     assert batches == [batch] * 8
     assert job_rows_read(worst) < 2_000, json.dumps(worst, indent=1)

@@ -14,9 +14,10 @@ from django.db import connections
 from django.test import override_settings
 from django.utils import timezone
 
-from django_jobs import AttemptOutcome, JobState, control, transitions
+from django_jobs import AttemptOutcome, JobState, control
 from django_jobs.attempt import AttemptControl
 from django_jobs.conf import JobsOptions
+from django_jobs.engine import engine_for
 from django_jobs.exceptions import (
     ActorRequiredError,
     InvalidTransitionError,
@@ -204,7 +205,7 @@ def test_deadline__a_job_not_started_in_time_expires_and_never_runs(
 def test_claim__skips_a_job_whose_deadline_has_passed(pg: None) -> None:
     tasks.add.using(expires_at=timezone.now() - timedelta(seconds=1)).enqueue(1, 2)
     me = WorkerIdentity(uuid.uuid4(), "test")
-    assert transitions.claim("default", me, ["default"], 10, lease_seconds=5) == []
+    assert engine_for("default").claim(me, ["default"], 10, lease_seconds=5) == []
 
 
 def test_backpressure__enqueue_beyond_the_queue_depth_is_refused(pg: None) -> None:
@@ -242,14 +243,14 @@ def test_retry_budget__retries_beyond_the_budget_are_pushed_to_later_windows(pg:
     me = WorkerIdentity(uuid.uuid4(), "test")
     for n in range(5):
         tasks.add.enqueue(n, n)
-    claimed = transitions.claim("default", me, ["default"], 5, lease_seconds=30)
+    claimed = engine_for("default").claim(me, ["default"], 5, lease_seconds=30)
     reports = [
         failing_report(Job.objects.get(id=c.job_id), Attempt.objects.get(pk=c.attempt_id))
         for c in claimed
     ]
     before = timezone.now()
     budget = JobsOptions.from_mapping("default", {"RETRY_BUDGET": {"default": (2, 60.0)}})
-    transitions.finish("default", me.id, reports, budget)
+    engine_for("default", budget).finish(me.id, reports)
     delays = sorted((job.run_after - before).total_seconds() for job in Job.objects.all())
     assert [d < 1 for d in delays] == [True, True, False, False, False]
     assert all(d <= 180 for d in delays)
@@ -365,7 +366,7 @@ def test_signals__worker_transitions_send_theirs(pg: None, run_burst: Callable[.
     try:
         me = WorkerIdentity(uuid.uuid4(), "test")
         result = tasks.always_fails.enqueue("x")
-        [claimed] = transitions.claim("default", me, ["default"], 1, lease_seconds=30)
+        [claimed] = engine_for("default").claim(me, ["default"], 1, lease_seconds=30)
         report = Report(
             claimed.job_id,
             claimed.token,
@@ -375,7 +376,7 @@ def test_signals__worker_transitions_send_theirs(pg: None, run_burst: Callable[.
             error_message="x",
             decision=Decision(Verdict.EXHAUSTED),
         )
-        transitions.finish("default", me.id, [report])
+        engine_for("default").finish(me.id, [report])
     finally:
         job_exhausted.receivers.clear()
     assert seen == [result.id]

@@ -17,10 +17,10 @@ from django_jobs import (
     control,
     enqueue_many,
 )
+from django_jobs.engine import engine_for
 from django_jobs.models import Dependency, Job, JobEvent
 from django_jobs.signals import job_transitioned
 from django_jobs.states import AttemptOutcome
-from django_jobs.transitions import claim, finish
 from django_jobs.values import Claimed, Progress, Report, WorkerIdentity
 from tests.conftest import listen_for_wakeups, run_in_processes, statement_plans
 from tests.testapp import tasks
@@ -38,7 +38,7 @@ def state_of(result: Any) -> tuple[str, int]:
 
 
 def claim_all() -> list[Claimed]:
-    return claim(DB, ME, ["default"], 100, lease_seconds=30)
+    return engine_for(DB).claim(ME, ["default"], 100, lease_seconds=30)
 
 
 def succeed(claimed: list[Claimed], worker: WorkerIdentity = ME) -> None:
@@ -46,7 +46,7 @@ def succeed(claimed: list[Claimed], worker: WorkerIdentity = ME) -> None:
         Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED, result=None)
         for c in claimed
     ]
-    finish(DB, worker.id, reports)
+    engine_for(DB).finish(worker.id, reports)
 
 
 Succeed = Callable[[list[Claimed]], None]
@@ -54,7 +54,7 @@ Succeed = Callable[[list[Claimed]], None]
 
 @pytest.fixture(params=["one statement", "orm"])
 def completion_path(request: pytest.FixtureRequest) -> Succeed:
-    """Both ways a success is written: pgsql.COMPLETE for a batch of plain
+    """Both ways a success is written: the COMPLETE statement for a batch of plain
     successes, and the ORM, job by job, for one that also carries its last
     progress."""
     if request.param == "one statement":
@@ -71,7 +71,7 @@ def completion_path(request: pytest.FixtureRequest) -> Succeed:
             )
             for c in claimed
         ]
-        finish(DB, ME.id, reports)
+        engine_for(DB).finish(ME.id, reports)
 
     return succeed_with_progress
 
@@ -267,7 +267,7 @@ def _finish_what_you_claim(results: Any) -> None:
     connections.close_all()
     me = WorkerIdentity(uuid.uuid4(), "proc")
     done = 0
-    while batch := claim(DB, me, ["default"], 5, lease_seconds=30):
+    while batch := engine_for(DB).claim(me, ["default"], 5, lease_seconds=30):
         succeed(batch, me)
         done += len(batch)
     results.put(done)

@@ -5,15 +5,9 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-import pytest
-from django.db import connections
 
 from django_jobs import fairness
 from django_jobs.fairness import Clock, Head
-from django_jobs.models import FairClock
-from tests.conftest import run_in_processes
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -84,22 +78,6 @@ def test_advance__counts_from_the_base_or_from_a_clock_moved_on_meanwhile() -> N
     assert fairness.advance(Clock(59, 60), 50.0, 4, 2.0) == Clock(start=61.5, finish=62.0)
 
 
-@pytest.mark.postgres
-def test_record__concurrent_workers_add_up_every_claim_on_one_clock(pg: None) -> None:
-    def record_many(results: Any) -> None:
-        for _ in range(200):
-            fairness.record("default", "q", {"a": (3, 0.0), "b": (1, 0.0)}, {"b": 0.5})
-        connections.close_all()
-        results.put(True)
-
-    run_in_processes(record_many, 4)
-    rows = {c.tenant: (c.claims, c.finish, c.weight) for c in FairClock.objects.filter(queue="q")}
-    assert rows == {"a": (2400, 2400.0, 1.0), "b": (800, 1600.0, 0.5)}
-
-
-@pytest.mark.django_db(databases=["sqlite"], transaction=True)
-def test_record__on_sqlite_moves_the_same_clocks() -> None:
-    fairness.record("sqlite", "q", {"a": (3, 10.0)}, {})
-    fairness.record("sqlite", "q", {"a": (2, 11.0)}, {})
-    row = FairClock.objects.using("sqlite").get(queue="q", tenant="a")
-    assert (row.claims, row.start, row.finish) == (5, 14.0, 15.0)
+def test_served__counts_each_tenants_jobs_with_the_base_its_ranks_used() -> None:
+    claimed = [("a", 4.0), ("b", 2.0), ("a", 4.0)]
+    assert fairness.served(claimed) == {"a": (2, 4.0), "b": (1, 2.0)}

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from django_jobs import Backoff, RetryLater
-from django_jobs.retry import Decision, RetryPolicy, Verdict
+from django_jobs.retry import (
+    Decision,
+    RetryPolicy,
+    Verdict,
+    budget_window,
+    within_budget,
+)
 
 
 def policy(**overrides: object) -> RetryPolicy:
@@ -73,3 +81,28 @@ def test_decide__retry_later_on_the_last_attempt_exhausts() -> None:
 def test_retry_later__rejects_a_negative_delay() -> None:
     with pytest.raises(ValueError, match="must not be negative"):
         RetryLater(-1)
+
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_budget_window__is_the_fixed_window_holding_the_moment() -> None:
+    assert budget_window(START + timedelta(seconds=130), 60.0) == START + timedelta(seconds=120)
+
+
+def test_within_budget__retries_within_the_budget_keep_their_backoff() -> None:
+    at = START + timedelta(seconds=5)
+    assert within_budget(at, START, count=3, budget=3, window=60.0, jitter=0.5) == at
+
+
+def test_within_budget__the_nth_over_the_budget_waits_ceil_n_over_budget_windows() -> None:
+    at = START + timedelta(seconds=5)
+    first_over = within_budget(at, START, count=4, budget=3, window=60.0, jitter=0.5)
+    fourth_over = within_budget(at, START, count=7, budget=3, window=60.0, jitter=0.0)
+    assert first_over == START + timedelta(seconds=90)
+    assert fourth_over == START + timedelta(seconds=120)
+
+
+def test_within_budget__never_earlier_than_the_backoff() -> None:
+    at = START + timedelta(seconds=500)
+    assert within_budget(at, START, count=4, budget=3, window=60.0, jitter=0.0) == at

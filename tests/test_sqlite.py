@@ -110,3 +110,15 @@ def test_sqlite__enqueue_many_after_a_job_writes_waiting_jobs_and_their_dependen
 def test_sqlite__with_one_free_slot_a_late_tenant_takes_every_other_claim() -> None:
     order = one_slot_fair_order("sqlite", "sqlite", "default", {"FAIR_QUEUES": {"default": {}}})
     assert (order[:3], Counter(order[3:])) == (["a"] * 3, {"a": 100, "c": 100})
+
+
+def test_sqlite__the_engine_takes_the_general_paths_and_refuses_a_memory_database() -> None:
+    from django_jobs.engine import engine_for
+
+    engine = engine_for("sqlite")
+    job = tasks.add.using(backend="sqlite").enqueue(1, 2)
+    stored = Job.objects.using("sqlite").get(id=job.id)
+    assert (engine.listens, engine.streams_bulk) == (False, False)
+    assert engine.insert_now(stored, "[1, 2]", "{}") is False
+    assert engine.estimated_rows("django_jobs_job") is None
+    assert engine.unusable_for_workers() is None

@@ -25,8 +25,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import QuerySet
+
+from ..engine import engine_for
 
 if TYPE_CHECKING:
     _Paginator = Paginator[Any]
@@ -60,16 +61,5 @@ class EstimatedCountPaginator(_Paginator):
 
     @staticmethod
     def _table_estimate(queryset: QuerySet[Any]) -> int | None:
-        connection = connections[queryset.db]
-        if connection.vendor != "postgresql":
-            return None
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                [queryset.model._meta.db_table],
-            )
-            row = cursor.fetchone()
-        # -1 means the table was never analysed: no estimate to trust.
-        if row is None or row[0] < 0:
-            return None
-        return int(row[0])
+        table: str = queryset.model._meta.db_table
+        return engine_for(queryset.db).estimated_rows(table)

@@ -1,6 +1,6 @@
 """Admin pages that show history and never change it.
 
-Jobs, workers and the queue audit are written only by the transitions layer
+Jobs, workers and the queue audit are written only by the storage engine
 (and the operator verbs): the admin must not add, edit or delete their rows.
 """
 

@@ -1,29 +1,27 @@
 """Storage engines: how jobs are stored, claimed and finished on one database.
 
-``engine_for`` is the one place that looks at which database holds the jobs.
+``engine_for`` picks the engine by the database's vendor (``vendors.py``),
+once, when a backend is built; everything else calls the engine it was given.
+This package's root imports no model, so the system checks may ask
+``vendors`` what a database needs before the app is known to be installed.
 """
 
 from __future__ import annotations
 
-from django.db import connections
+from typing import TYPE_CHECKING
 
-from ..conf import JobsOptions
-from .base import Engine
-from .postgres import PostgresEngine
-from .sqlite import SqliteEngine
+from django.utils.module_loading import import_string
 
-__all__ = ["Engine", "PostgresEngine", "SqliteEngine", "engine_for"]
+from .vendors import ENGINES, vendor
 
-_ENGINES: dict[str, type[Engine]] = {"postgresql": PostgresEngine, "sqlite": SqliteEngine}
+if TYPE_CHECKING:
+    from ..conf import JobsOptions
+    from .base import Engine
+
+__all__ = ["engine_for"]
 
 
 def engine_for(db: str, options: JobsOptions | None = None) -> Engine:
     """The engine for the database alias ``db``, bound to a backend's ``options``."""
-    vendor = connections[db].vendor
-    try:
-        engine = _ENGINES[vendor]
-    except KeyError:
-        raise NotImplementedError(
-            f"django_jobs stores jobs on PostgreSQL or SQLite; DATABASES[{db!r}] is {vendor}."
-        ) from None
+    engine: type[Engine] = import_string(ENGINES[vendor(db)])
     return engine(db, options)

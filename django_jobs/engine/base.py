@@ -11,7 +11,12 @@ be applied is reported back, never pretended.
 Two engines implement it: ``PostgresEngine`` (named SQL statements for the hot
 calls, row locks with ``SKIP LOCKED``, LISTEN/NOTIFY) and ``SqliteEngine``
 (the ORM, with every transaction serialised by ``BEGIN IMMEDIATE``). Which one
-runs is decided once, by the database's vendor, and nowhere else.
+runs is decided once, by the database's vendor (``vendors.py``), and nowhere
+else. The calls both make the same way are written once, here, from the
+shared steps in this package (``claims``, ``flow``, ``completion``,
+``leases``, ``operator``, ``presence``); an engine overrides what it does
+faster, and supplies the few steps that only it knows how to do (the
+abstract methods).
 
 Guarantees and limits, honestly:
 
@@ -26,22 +31,29 @@ Guarantees and limits, honestly:
 from __future__ import annotations
 
 import uuid
-from abc import ABC
-from collections.abc import Iterable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from .. import transitions
+from django.db import transaction
+
+from ..bulk import Call
 from ..conf import JobsOptions
+from ..fairness import Head
+from ..models import Job
 from ..states import Transition
 from ..values import Claimed, Finished, Progress, Renewed, Report, WorkerIdentity
+from . import completion, flow, leases, operator, presence
 
 Held = tuple[uuid.UUID, int]  # (job id, lease token): one attempt this worker runs
 
 
-class Engine(ABC):  # noqa: B024 (the interface; engines override the hot calls)
+class Engine(ABC):
     """One database's way of storing jobs; see the module docstring for the rules."""
 
     #: Whether the database can wake idle workers (LISTEN/NOTIFY).
     listens: bool = False
+    #: Whether a bulk insert can take rows while they are still being validated.
+    streams_bulk: bool = False
 
     def __init__(self, db: str, options: JobsOptions | None = None) -> None:
         self.db = db
@@ -60,21 +72,63 @@ class Engine(ABC):  # noqa: B024 (the interface; engines override the hot calls)
 
         Each claimed job is ``running`` with one attempt and one lease, fenced
         by its token; the task runs after the claim commits, outside any
-        transaction of ours. Paused queues are skipped; queues with flow
-        control (limits, fairness, rates) honour it across every worker.
+        transaction of ours. Paused queues are skipped. Queues with flow
+        control (limits, fairness, rates) are claimed one by one after the
+        others, so their limits hold across every worker; priority therefore
+        orders jobs within that split, not across it.
         """
-        return transitions.claim(
-            self.db,
-            worker,
-            queues,
-            limit,
-            lease_seconds or self.options.LEASE_SECONDS,
-            self.options,
-        )
+        if limit < 1:
+            return []
+        lease = lease_seconds or self.options.LEASE_SECONDS
+        plain = [q for q in queues if not self.options.constrained(q)]
+        got = self.claim_plain(worker, plain, limit, lease) if plain else []
+        for queue in queues:
+            if len(got) < limit and queue not in plain:
+                got += self.claim_flow(worker, queue, limit - len(got), lease)
+        return got
+
+    @abstractmethod
+    def claim_plain(
+        self, worker: WorkerIdentity, queues: Sequence[str], limit: int, lease_seconds: float
+    ) -> list[Claimed]:
+        """Claim from queues without flow control."""
+
+    def claim_flow(
+        self, worker: WorkerIdentity, queue: str, limit: int, lease_seconds: float
+    ) -> list[Claimed]:
+        """Claim from one flow-controlled queue (``flow.py``)."""
+        return flow.claim_constrained(self, worker, queue, limit, lease_seconds)
+
+    @abstractmethod
+    def lock_queue(self, queue: str) -> None:
+        """Serialise flow-controlled claims of ``queue`` until the transaction ends."""
+
+    @abstractmethod
+    def fair_heads(self, queue: str, want: int, blocked: Sequence[str]) -> list[Head]:
+        """The next ``want`` ready jobs of each tenant of a fair queue.
+
+        Jobs whose concurrency key is in ``blocked`` are left out.
+        """
+
+    @abstractmethod
+    def record_served(self, queue: str, served: Mapping[str, tuple[int, float]]) -> None:
+        """Move the fair clocks of the tenants a committed claim served."""
+
+    def record_served_on_commit(self, queue: str, served: Mapping[str, tuple[int, float]]) -> None:
+        """``record_served`` once the claim commits, outside its transaction.
+
+        So no claimer holds the clock rows while it works; robust, since a
+        clock not moved costs one batch of accuracy and must not fail the
+        claim that already committed.
+        """
+        if served:
+            transaction.on_commit(
+                lambda: self.record_served(queue, served), using=self.db, robust=True
+            )
 
     def idle(self, queues: Sequence[str]) -> bool:
-        """No job of ``queues`` is queued, running or due: a burst worker may exit."""
-        return transitions.idle(self.db, queues)
+        """No job of ``queues`` is queued or leased: a burst worker may exit."""
+        return presence.idle(self.db, queues)
 
     # -- the completer -------------------------------------------------------
 
@@ -85,21 +139,18 @@ class Engine(ABC):  # noqa: B024 (the interface; engines override the hot calls)
         newer token) is *stale*: kept on its attempt's ``late_report``, it
         changes nothing else.
         """
-        return transitions.finish(self.db, worker_id, reports, self.options)
+        return completion.finish(self.db, worker_id, reports, self.options)
 
     def release_lease(
         self, worker_id: uuid.UUID, job_id: uuid.UUID, token: int, reason: str
     ) -> int:
         """Give back one lease, its attempt ``lost``: the worker saw the attempt die."""
-        return transitions.release_lease(
-            self.db, worker_id, job_id, token, reason, self.options.POISON_LOST_ATTEMPTS
-        )
+        poison_after = self.options.POISON_LOST_ATTEMPTS
+        return leases.release_lease(self.db, worker_id, job_id, token, reason, poison_after)
 
     def release_worker(self, worker_id: uuid.UUID, reason: str) -> int:
         """Give back every lease of one worker, their attempts ``lost``, requeued at once."""
-        return transitions.release_worker(
-            self.db, worker_id, reason, self.options.POISON_LOST_ATTEMPTS
-        )
+        return leases.release_worker(self.db, worker_id, reason, self.options.POISON_LOST_ATTEMPTS)
 
     # -- the lifeline ----------------------------------------------------------
 
@@ -111,17 +162,16 @@ class Engine(ABC):  # noqa: B024 (the interface; engines override the hot calls)
         lease_seconds: float | None = None,
     ) -> Renewed:
         """Extend this worker's leases, write progress, learn of loss and cancellation."""
-        return transitions.renew(
-            self.db, worker_id, held, lease_seconds or self.options.LEASE_SECONDS, progress
-        )
+        lease = lease_seconds or self.options.LEASE_SECONDS
+        return leases.renew(self.db, worker_id, held, lease, progress)
 
     def reap(self, batch: int = 100) -> int:
         """Turn expired leases into ``lost`` attempts; requeue, exhaust or quarantine."""
-        return transitions.reap(self.db, batch, self.options.POISON_LOST_ATTEMPTS)
+        return leases.reap(self.db, batch, self.options.POISON_LOST_ATTEMPTS)
 
     def expire_overdue(self, batch: int = 500) -> int:
         """Move queued jobs past their ``expires_at`` to ``expired``."""
-        return transitions.expire_overdue(self.db, batch)
+        return leases.expire_overdue(self.db, batch)
 
     def register_worker(
         self,
@@ -133,18 +183,49 @@ class Engine(ABC):  # noqa: B024 (the interface; engines override the hot calls)
         concurrency: int,
     ) -> None:
         """Record a live worker, so operators see it and its heartbeat."""
-        transitions.register_worker(self.db, worker, backend, host, pid, queues, concurrency)
+        presence.register_worker(self.db, worker, backend, host, pid, queues, concurrency)
 
     def stop_worker(self, worker_id: uuid.UUID) -> None:
         """Mark a worker stopped (its leases are released separately)."""
-        transitions.stop_worker(self.db, worker_id)
+        presence.stop_worker(self.db, worker_id)
+
+    def unusable_for_workers(self) -> str | None:
+        """Why worker processes cannot share this database, if they cannot."""
+        return None
 
     # -- operators -------------------------------------------------------------
 
     def operate(self, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -> Transition:
         """Apply an operator verb to one job; return the transition it took."""
-        return transitions.operate(self.db, job_id, verb, actor, note)
+        return operator.operate(self.db, job_id, verb, actor, note)
 
     def set_queue_paused(self, queue: str, paused: bool, actor: str, note: str = "") -> bool:
         """Pause or resume a queue; whether anything changed."""
-        return transitions.set_queue_paused(self.db, queue, paused, actor, note)
+        return operator.set_queue_paused(self.db, queue, paused, actor, note)
+
+    def estimated_rows(self, table: str) -> int | None:
+        """The planner's estimate of a table's rows, where the database keeps one."""
+        return None
+
+    # -- enqueue ---------------------------------------------------------------
+
+    def insert_now(self, job: Job, args_json: str, kwargs_json: str) -> bool:
+        """Write ``job`` in one statement where the connection stands, if this engine can.
+
+        False: nothing was written, and the caller takes the general path.
+        """
+        return False
+
+    @abstractmethod
+    def bulk_insert(self, prototype: Job, calls: Iterator[Call]) -> None:
+        """Insert a job per validated call, the rest of each row from ``prototype``."""
+
+    @abstractmethod
+    def add_dependencies(
+        self, job_ids: Sequence[uuid.UUID | str], ids: Sequence[uuid.UUID]
+    ) -> None:
+        """One row per (new job, job it waits for)."""
+
+    @abstractmethod
+    def dependency_states(self, ids: Sequence[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, str]:
+        """The states of the jobs a new job waits for; ``lock`` holds them until commit."""

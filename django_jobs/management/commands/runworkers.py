@@ -8,11 +8,10 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
-from django.db.backends.sqlite3.creation import DatabaseCreation as SQLiteCreation
 
 from django_jobs.backend import jobs_backend
 from django_jobs.cli.arguments import positive_int
+from django_jobs.engine import engine_for
 from django_jobs.supervisor import Supervisor
 from django_jobs.worker import WorkerConfig
 
@@ -108,19 +107,7 @@ class Command(BaseCommand):
 
 
 def refuse_in_memory_database(alias: str) -> None:
-    """Refuse to run workers on an in-memory SQLite database.
-
-    Each worker process would work on a copy of its own (forked, or empty):
-    it would claim and finish jobs that the parent, the web process and the
-    test never see, and log success while every job stays queued. This is what
-    a ``TransactionTestCase`` on SQLite gets by default.
-    """
-    connection = connections[alias]
-    name = connection.settings_dict["NAME"]
-    if connection.vendor == "sqlite" and SQLiteCreation.is_in_memory_db(name):
-        raise CommandError(
-            f"DATABASES[{alias!r}] is an in-memory SQLite database ({name!r}): each worker "
-            "process would work on a copy of its own, and no job would change for anyone "
-            f"else. Give DATABASES[{alias!r}] a file NAME (in tests, set "
-            f"DATABASES[{alias!r}]['TEST']['NAME'] to a file path)."
-        )
+    """Refuse to run workers on a database they cannot share (an in-memory SQLite)."""
+    problem = engine_for(alias).unusable_for_workers()
+    if problem is not None:
+        raise CommandError(problem)

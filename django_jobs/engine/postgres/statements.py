@@ -1,94 +1,21 @@
-"""The hot statements, written out for PostgreSQL: one round trip each.
+"""The PostgreSQL engine's statements, by name: one round trip each.
 
-``transitions.py`` runs these on PostgreSQL and the equivalent ORM code on
-SQLite; the tests run both. Each keeps the guards of the ORM version (state,
-lease token, worker) — only the number of round trips changes.
+Each keeps the guards of the shared ORM steps (state, lease token, worker);
+only the number of round trips changes. Results are read by column name, so
+every statement names the columns it returns.
+
+The states are written into the text, not passed as parameters, on purpose:
+the planner matches a partial index (``WHERE state = 'queued'``) only against
+a literal, and a parameter would turn the claim into a scan of the backlog.
 """
 
 from __future__ import annotations
 
-import sys
-import weakref
-from collections.abc import Mapping
 from functools import cache
-from typing import Any
 
-import psycopg
-from django.db import connections, transaction
-
-from .models import Job
-from .states import TRANSITIONS, JobState, Transition
-from .wakeup import CHANNEL
-
-
-def fetch(db: str, sql: str, params: Mapping[str, Any], *, prepare: bool) -> list[tuple[Any, ...]]:
-    """Run one of these statements in the connection's current transaction; return its rows.
-
-    ``prepare`` (the PREPARE_STATEMENTS option) makes it a prepared statement
-    on this connection, through a server-side-binding psycopg cursor. Planning
-    the claim costs PostgreSQL more than running it — about 0.6 against
-    0.45 ms for a batch on our benchmark host — on every claim of every
-    worker; prepared, it is planned once per connection.
-
-    Django turns psycopg's preparing off (``prepare_threshold`` None) so that
-    poolers work; then nothing can be prepared, not even on request. We set a
-    threshold no query reaches, so only the statements asked for here are
-    prepared, and Django's own queries stay as they were.
-
-    A prepared statement's plan is made once, from the tables as they were
-    then, and kept for the connection's life. A worker started on an empty
-    table planned the completion's attempt update as a sequential scan (the
-    cheapest plan for an empty table) and kept it while the table grew: every
-    batch then read the whole attempt history, and the drain rate fell with
-    every job done until something (a VACUUM) made PostgreSQL plan again. So
-    the sessions that prepare these statements turn sequential scans off
-    (``pin_plans``): every table they touch has the index they need, and the
-    plan made on an empty table is then the one that serves a full one. JIT
-    goes off with them: a disabled scan still costs 10^10 in the planner's
-    units, which is far above ``jit_above_cost``, and compiling the claim then
-    took 0.8 s for a statement that runs in 6 ms.
-    """
-    wrapper = connections[db]
-    with wrapper.cursor() as outer, wrapper.wrap_database_errors:
-        if not prepare:
-            outer.execute(sql, params)
-            rows: list[tuple[Any, ...]] = outer.fetchall()
-            return rows
-        connection = outer.cursor.connection
-        if connection.prepare_threshold is None:
-            connection.prepare_threshold = sys.maxsize
-        pin_plans(db)
-        with psycopg.Cursor(connection) as cursor:
-            cursor.execute(sql, params, prepare=True)
-            return cursor.fetchall()
-
-
-# psycopg connections whose session has sequential scans off (see ``fetch``).
-_pinned: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
-
-
-def pin_plans(db: str) -> None:
-    """Turn sequential scans (and JIT) off for this session, once; see ``fetch``.
-
-    The claims that count limits in Python (``transitions._claim_constrained``)
-    call this too: their statements lock and update jobs by primary key, and
-    with statistics taken on an empty table PostgreSQL preferred reading the
-    whole table to a hundred key probes.
-
-    The SET runs in the caller's transaction, so a rollback undoes it: the
-    connection is only marked once that transaction commits (at once in
-    autocommit), and a rolled-back one is pinned again on its next statement.
-    """
-    wrapper = connections[db]
-    wrapper.ensure_connection()
-    connection = wrapper.connection
-    if connection in _pinned:
-        return
-    with wrapper.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false)"
-        )
-    transaction.on_commit(lambda: _pinned.add(connection), using=db)
+from ...models import Job
+from ...states import TRANSITIONS, JobState, Transition
+from ...wakeup import CHANNEL
 
 
 def _states(transition: Transition) -> str:
@@ -248,11 +175,12 @@ def _claim_rest(*carried: str) -> str:
     FROM claimed
 )
 -- The inserts above run to completion whether or not anything reads them.
-SELECT claimed.id, claimed.attempt_id, claimed.attempts, claimed.task_name, claimed.args,
-       claimed.kwargs, claimed.queue, claimed.priority, claimed.max_attempts,
-       claimed.timeout, claimed.tenant, claimed.idempotency_key, claimed.backend,
-       claimed.enqueued_at, claimed.started_at,
-       now() + make_interval(secs => %(lease_seconds)s), claimed.lost_streak{to_result}
+SELECT claimed.id AS job_id, claimed.attempt_id, claimed.attempts AS token,
+       claimed.task_name, claimed.args, claimed.kwargs, claimed.queue, claimed.priority,
+       claimed.max_attempts, claimed.timeout, claimed.tenant, claimed.idempotency_key,
+       claimed.backend, claimed.enqueued_at, claimed.started_at,
+       now() + make_interval(secs => %(lease_seconds)s) AS lease_expires_at,
+       claimed.lost_streak{to_result}
 FROM claimed
 ORDER BY claimed.priority DESC, claimed.run_after
 
@@ -262,7 +190,7 @@ ORDER BY claimed.priority DESC, claimed.run_after
 CLAIM = f"WITH picked AS ({_PICK_PLAIN}{_claim_rest()}"
 CLAIM_FAIR = f"WITH picked AS ({_PICK_FAIR}{_claim_rest('base')}"
 
-# After a fair claim commits (fairness.record): each served tenant's clock
+# After a fair claim commits (Engine.record_served): each served tenant's clock
 # moves on by its jobs / its weight, counted from the base its ranks used or
 # from where another worker's claim left it, if later. Rows are inserted in
 # tenant order, so two workers recording at once lock them in the same order.
@@ -371,16 +299,17 @@ WITH report AS (
 -- Each applied success with the state it left, and (on every row) the jobs
 -- it queued: the signals are sent from these rows, so connecting a receiver
 -- never moves a completion off this statement.
-SELECT ended.job_id, ended.token, job.id IS NOT NULL, ended.was, (SELECT count(*) FROM woken),
+SELECT ended.job_id, ended.token, job.id IS NOT NULL AS applied, ended.was,
+       (SELECT count(*) FROM woken) AS woken,
        (SELECT array_agg(released.id) FROM released
-        WHERE released.state = '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}')
+        WHERE released.state = '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}') AS queued
 FROM ended LEFT JOIN job ON job.id = ended.job_id
 """
 
 # Fair candidates: the distinct tenants of a queue's queued jobs by a
 # recursive "loose index scan" (one index probe per tenant instead of reading
 # the whole backlog), then each tenant's next jobs. Ranking across tenants is
-# done in Python (transitions._fair_candidates), where the weights are.
+# done in Python (fairness.order), where the weights are.
 FAIR_CANDIDATES = f"""
 WITH RECURSIVE {_TENANTS}
 )
@@ -392,7 +321,7 @@ CROSS JOIN LATERAL (
     WHERE job.state = %(state)s AND job.queue = %(queue)s AND job.tenant = tenants.tenant
       AND job.run_after <= now()
       AND (job.expires_at IS NULL OR job.expires_at > now())
-      -- keys already at their limit (transitions._KeyCounts)
+      -- keys already at their limit (limits.KeyCounts.at_limit)
       AND (job.concurrency_key IS NULL OR job.concurrency_key <> ALL(%(blocked)s::text[]))
     ORDER BY job.priority DESC, job.run_after
     LIMIT %(k)s
@@ -401,31 +330,18 @@ WHERE tenants.tenant IS NOT NULL
 """
 
 
-def insert_job(db: str, job: Job, args_json: str, kwargs_json: str, *, notify: bool) -> None:
-    """Insert ``job`` in one statement and, if ``notify``, send its queue's NOTIFY in it too.
+# Queue-wide advisory lock of a flow-controlled claim: the first key names
+# our namespace, the second the queue.
+LOCK_NAMESPACE = 0x6A6F6273  # "jobs"
+LOCK_QUEUE = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
 
-    A single enqueue outside a transaction was four round trips (BEGIN, the
-    INSERT, ``pg_notify``, COMMIT) and the ORM compiled the INSERT anew each
-    time (a fifth of the enqueue's Python time); in autocommit this is one.
-    The arguments go as the JSON text their validation produced.
-    """
-    connection = connections[db]
-    params: list[Any] = []
-    for field in Job._meta.concrete_fields:
-        if field.attname == "args":
-            params.append(args_json)
-        elif field.attname == "kwargs":
-            params.append(kwargs_json)
-        else:
-            params.append(field.get_db_prep_save(getattr(job, field.attname), connection))
-    if notify:
-        params += [CHANNEL, job.queue]
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(notify), params)
+# Turns a session's sequential scans and JIT off (session.pin_plans says why).
+PIN_PLANS = "SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false)"
 
 
 @cache
-def _insert_sql(notify: bool) -> str:
+def insert_job(notify: bool) -> str:
+    """One job's INSERT, its columns in model order; with its queue's NOTIFY if asked."""
     fields = Job._meta.concrete_fields
     columns = ", ".join(f'"{field.column}"' for field in fields)
     values = ", ".join(
@@ -436,3 +352,17 @@ def _insert_sql(notify: bool) -> str:
         return insert
     # A data-modifying CTE runs to completion whether or not it is read.
     return f"WITH job AS ({insert}) SELECT pg_notify(%s, %s)"
+
+
+# What the planner believes a table holds: the admin's count of a huge list.
+ESTIMATED_ROWS = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
+
+# The dependencies of a batch of new jobs: every (new job, job it waits for).
+ADD_DEPENDENCIES = """
+INSERT INTO django_jobs_dependency (job_id, depends_on_id)
+SELECT job.id, depends_on.id
+FROM unnest(%s::uuid[]) AS job(id) CROSS JOIN unnest(%s::uuid[]) AS depends_on(id)
+"""
+
+# The states of the jobs a new job waits for, held until it commits.
+DEPENDENCY_STATES = "SELECT id, state FROM django_jobs_job WHERE id = ANY(%s) FOR SHARE"

@@ -1,0 +1,131 @@
+"""The ORM claim: lock ready rows, mark them running, give each an attempt and a lease.
+
+SQLite claims plain queues this way, and both engines lease the rows their
+flow-controlled claims chose (``flow.py``) with ``lease``. PostgreSQL claims
+plain queues in one statement instead (``postgres/statements.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from ..exceptions import LockedRowChangedError
+from ..models import Attempt, Job, Lease
+from ..signals import send_on_commit
+from ..states import JobState, Transition
+from ..values import Claimed, WorkerIdentity
+from .guards import paused, ready, target
+
+CLAIM_FIELDS = (
+    "id",
+    "task_name",
+    "args",
+    "kwargs",
+    "queue",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "timeout",
+    "tenant",
+    "idempotency_key",
+    "backend",
+    "enqueued_at",
+    "started_at",
+    "lost_streak",
+    "concurrency_key",
+)
+
+
+def claim_plain(
+    db: str, worker: WorkerIdentity, queues: Sequence[str], limit: int, lease_seconds: float
+) -> list[Claimed]:
+    """Claim from queues without flow control: highest priority, then oldest first."""
+    with transaction.atomic(using=db):
+        rows = list(
+            ready(db, queues)
+            .exclude(queue__in=paused(db))
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("-priority", "run_after")
+            .only(*CLAIM_FIELDS)[:limit]
+        )
+        return lease(db, worker, rows, lease_seconds)
+
+
+def lease(
+    db: str, worker: WorkerIdentity, rows: Sequence[Job], lease_seconds: float
+) -> list[Claimed]:
+    """Mark locked, queued rows running and give each an attempt and a lease."""
+    if not rows:
+        return []
+    now = timezone.now()
+    expires = now + timedelta(seconds=lease_seconds)
+    # By primary key alone, for the same reason as the lock: the rows are
+    # locked by this transaction and were queued when it locked them.
+    updated = (
+        Job.objects.using(db)
+        .filter(id__in=[r.id for r in rows])
+        .update(
+            state=target(Transition.CLAIM),
+            attempts=F("attempts") + 1,
+            started_at=Coalesce(F("started_at"), Value(now)),
+            updated_at=now,
+        )
+    )
+    # We hold the row locks, so nobody can have moved these rows since the
+    # SELECT; a mismatch means the locking assumption is broken.
+    if updated != len(rows):
+        raise LockedRowChangedError(f"claimed {len(rows)} locked rows but updated {updated}")
+    attempts = Attempt.objects.using(db).bulk_create(
+        Attempt(
+            job_id=r.id,
+            number=r.attempts + 1,
+            worker_id=worker.id,
+            worker_name=worker.name,
+            started_at=now,
+        )
+        for r in rows
+    )
+    Lease.objects.using(db).bulk_create(
+        Lease(
+            job_id=r.id,
+            attempt_id=a.pk,
+            token=a.number,
+            worker_id=worker.id,
+            acquired_at=now,
+            renewed_at=now,
+            # The reaper compares with the database clock; on SQLite (one host)
+            # that is this host's clock too.
+            expires_at=expires,
+        )
+        for r, a in zip(rows, attempts, strict=True)
+    )
+    for r in rows:
+        send_on_commit(db, r.id, Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)
+    return [
+        Claimed(
+            job_id=r.id,
+            attempt_id=a.pk,
+            token=a.number,
+            task_name=r.task_name,
+            args=r.args,
+            kwargs=r.kwargs,
+            queue=r.queue,
+            priority=r.priority,
+            max_attempts=r.max_attempts,
+            timeout=r.timeout,
+            tenant=r.tenant,
+            idempotency_key=r.idempotency_key,
+            backend=r.backend,
+            enqueued_at=r.enqueued_at,
+            started_at=r.started_at or now,
+            lease_expires_at=expires,
+            suspect=r.lost_streak > 0,
+        )
+        for r, a in zip(rows, attempts, strict=True)
+    ]

@@ -1,0 +1,167 @@
+"""Claims from flow-controlled queues: concurrency, rate and per-key limits, fairness.
+
+Counted under a per-queue lock (``Engine.lock_queue``), so the limits hold
+across every worker; the choice among the candidates is made by the pure
+policies in ``limits.py`` and ``fairness.py``. Both engines run this; each
+supplies its lock and its query for the heads of the tenants' lines.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from django.db import transaction
+from django.db.models import Count, F
+from django.utils import timezone
+
+from .. import fairness
+from ..limits import KeyCounts, RateLimit, within_key_limits
+from ..models import Job, QueueState, RateWindow
+from ..states import Transition
+from ..values import Claimed, WorkerIdentity
+from .claims import CLAIM_FIELDS, lease
+from .fair_clocks import clocks
+from .guards import ready, sources
+
+if TYPE_CHECKING:
+    from .base import Engine
+
+
+def claim_constrained(
+    engine: Engine, worker: WorkerIdentity, queue: str, limit: int, lease_seconds: float
+) -> list[Claimed]:
+    """Claim from one flow-controlled queue: limits counted under a per-queue lock.
+
+    The lock is taken in a statement of its own, so the counts read after it
+    see every claim committed by whoever held it before (READ COMMITTED takes
+    a fresh snapshot per statement).
+    """
+    db, rules = engine.db, engine.options
+    with transaction.atomic(using=db):
+        engine.lock_queue(queue)
+        if QueueState.objects.using(db).filter(queue=queue, paused=True).exists():
+            return []
+        budget = limit
+        leased = sources(Transition.COMPLETE)
+        if queue in rules.QUEUE_CONCURRENCY:
+            running = Job.objects.using(db).filter(queue=queue, state__in=leased).count()
+            budget = min(budget, rules.QUEUE_CONCURRENCY[queue] - running)
+        window: RateWindow | None = None
+        if queue in rules.RATE_LIMITS:
+            allowed, seconds = rules.RATE_LIMITS[queue]
+            window = rate_window(db, queue, seconds)
+            budget = min(budget, allowed - window.claims)
+        if budget <= 0:
+            return []
+        key_limit = rules.KEY_CONCURRENCY.get(queue)
+        key_rate = rules.KEY_RATE_LIMITS.get(queue)
+        # Room for candidates that per-key limits will turn down.
+        per_key = key_limit is not None or key_rate is not None
+        want = budget * 4 if per_key else budget
+        # Keys already at a limit are left out of the candidates: otherwise a
+        # long run of one key at the head of the queue filled them, and the
+        # other keys' jobs waited behind it, against the promise of the limit.
+        counts = key_counts(db, queue, key_limit, key_rate)
+        blocked = counts.at_limit(key_limit, key_rate)
+        fair: dict[uuid.UUID, tuple[str, float]] = {}
+        if queue in rules.FAIR_QUEUES:
+            candidates, fair = fair_candidates(engine, queue, want, blocked)
+        else:
+            candidates = list(
+                ready(db, [queue])
+                .exclude(concurrency_key__in=blocked)
+                .order_by("-priority", "run_after")
+                .values_list("id", "concurrency_key")[:want]
+            )
+        chosen = within_key_limits(candidates, key_limit, key_rate, budget, counts)
+        # Locked by primary key alone, the state checked on the row as locked:
+        # a state condition in this query let a plan made from statistics
+        # taken on an empty table read every queued row through a partial index.
+        locked = {
+            job.id: job
+            for job in Job.objects.using(db)
+            .filter(id__in=chosen)
+            .order_by()
+            .select_for_update(skip_locked=True, of=("self",))
+            .only(*CLAIM_FIELDS, "state")
+        }
+        claimable = sources(Transition.CLAIM)
+        rows = [
+            locked[job_id]
+            for job_id in chosen
+            if job_id in locked and locked[job_id].state in claimable
+        ]
+        if window is not None and rows:
+            RateWindow.objects.using(db).filter(pk=window.pk).update(claims=F("claims") + len(rows))
+        if key_rate is not None:
+            started = Counter(row.concurrency_key for row in rows if row.concurrency_key)
+            for key, count in started.items():
+                key_window = rate_window(db, queue, key_rate[1], key)
+                RateWindow.objects.using(db).filter(pk=key_window.pk).update(
+                    claims=F("claims") + count
+                )
+        if fair and rows:
+            engine.record_served_on_commit(queue, fairness.served(fair[row.id] for row in rows))
+        return lease(db, worker, rows, lease_seconds)
+
+
+def fair_candidates(
+    engine: Engine, queue: str, want: int, blocked: Sequence[str]
+) -> tuple[list[tuple[uuid.UUID, str | None]], dict[uuid.UUID, tuple[str, float]]]:
+    """The next ``want`` jobs of a queue in fair order, and each one's tenant and base.
+
+    Only the head of each tenant's line is read (``want`` jobs each), found
+    by a recursive scan of the distinct tenants on django_jobs_fair_idx: the
+    cost grows with the number of tenants, not with the backlog.
+    """
+    heads = engine.fair_heads(queue, want, blocked)
+    known = clocks(engine.db, queue, {head.tenant for head in heads})
+    ranked = fairness.order(heads, known, engine.options.FAIR_QUEUES[queue])[:want]
+    return (
+        [(head.job_id, head.concurrency_key) for head, _ in ranked],
+        {head.job_id: (head.tenant, start) for head, start in ranked},
+    )
+
+
+def window_start(seconds: float) -> datetime:
+    now = timezone.now()
+    return datetime.fromtimestamp(math.floor(now.timestamp() / seconds) * seconds, tz=UTC)
+
+
+def rate_window(db: str, queue: str, seconds: float, key: str = "") -> RateWindow:
+    window, _ = RateWindow.objects.using(db).get_or_create(
+        queue=queue, key=key, window_start=window_start(seconds)
+    )
+    return window
+
+
+def key_counts(db: str, queue: str, key_limit: int | None, key_rate: RateLimit | None) -> KeyCounts:
+    """Jobs of each concurrency key running now, and started in the key's rate window."""
+    running: dict[str, int] = {}
+    if key_limit is not None:
+        rows = (
+            Job.objects.using(db)
+            .filter(
+                queue=queue,
+                concurrency_key__isnull=False,
+                state__in=sources(Transition.COMPLETE),
+            )
+            .values_list("concurrency_key")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        running = {key: n for key, n in rows if key is not None}
+    started: dict[str, int] = {}
+    if key_rate is not None:
+        started = dict(
+            RateWindow.objects.using(db)
+            .filter(queue=queue, window_start=window_start(key_rate[1]))
+            .exclude(key="")
+            .values_list("key", "claims")
+        )
+    return KeyCounts(running, started)

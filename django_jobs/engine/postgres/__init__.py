@@ -1,0 +1,267 @@
+"""The PostgreSQL engine: the hot calls as named statements, SKIP LOCKED, NOTIFY.
+
+A plain claim and a batch of plain successes are one statement each
+(``statements.CLAIM``, ``statements.COMPLETE``); everything else runs the
+shared steps, with PostgreSQL's row locks making them safe across workers.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from django.db import connections
+from psycopg.types.json import Jsonb
+
+from ...bulk import Call, copy_jobs
+from ...exceptions import LockedRowChangedError
+from ...fairness import Head, served
+from ...models import Job
+from ...signals import send_on_commit, signal_listeners
+from ...states import AttemptOutcome, JobState, Transition
+from ...values import Claimed, Finished, Report, WorkerIdentity
+from ...wakeup import CHANNEL
+from .. import completion
+from ..base import Engine
+from ..wakeups import owes_notify
+from . import statements
+from .session import Row, fetch, pin_plans
+
+
+class PostgresEngine(Engine):
+    listens = True
+    streams_bulk = True
+
+    # -- claim -----------------------------------------------------------------
+
+    def claim_plain(
+        self, worker: WorkerIdentity, queues: Sequence[str], limit: int, lease_seconds: float
+    ) -> list[Claimed]:
+        return self._claim(statements.CLAIM, worker, queues, limit, lease_seconds)
+
+    def claim_flow(
+        self, worker: WorkerIdentity, queue: str, limit: int, lease_seconds: float
+    ) -> list[Claimed]:
+        if not self.options.only_fair(queue):
+            return super().claim_flow(worker, queue, limit, lease_seconds)
+        # Fairness needs no counts kept exact, so no lock: one statement.
+        weights = self.options.FAIR_QUEUES[queue]
+        fair = {
+            "queue": queue,
+            "weight_tenants": list(weights),
+            "weights": [float(w) for w in weights.values()],
+        }
+        return self._claim(statements.CLAIM_FAIR, worker, [queue], limit, lease_seconds, fair)
+
+    def _claim(
+        self,
+        sql: str,
+        worker: WorkerIdentity,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        fair: Mapping[str, Any] | None = None,
+    ) -> list[Claimed]:
+        params: dict[str, Any] = {
+            "queues": list(queues),
+            "limit": limit,
+            "worker_id": worker.id,
+            "worker_name": worker.name,
+            "lease_seconds": lease_seconds,
+            **(fair or {}),
+        }
+        # One statement, so atomic by itself: in autocommit it is its own
+        # transaction (and the signals go out at once, after it), inside the
+        # worker's report-and-claim transaction it is part of that.
+        rows = fetch(self.db, sql, params, prepare=self.options.PREPARE_STATEMENTS)
+        if fair is not None and rows:
+            self.record_served_on_commit(
+                queues[0], served((row["tenant"], row["base"]) for row in rows)
+            )
+        if signal_listeners(Transition.CLAIM):
+            for row in rows:
+                send_on_commit(
+                    self.db, row["job_id"], Transition.CLAIM, JobState.QUEUED, JobState.RUNNING
+                )
+        return [_claimed(row) for row in rows]
+
+    def lock_queue(self, queue: str) -> None:
+        pin_plans(self.db)
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(statements.LOCK_QUEUE, [statements.LOCK_NAMESPACE, queue])
+
+    def fair_heads(self, queue: str, want: int, blocked: Sequence[str]) -> list[Head]:
+        params = {"queue": queue, "state": str(JobState.QUEUED), "k": want, "blocked": blocked}
+        rows = fetch(
+            self.db, statements.FAIR_CANDIDATES, params, prepare=self.options.PREPARE_STATEMENTS
+        )
+        return [
+            Head(
+                row["id"], row["tenant"], row["priority"], row["run_after"], row["concurrency_key"]
+            )
+            for row in rows
+        ]
+
+    def record_served(self, queue: str, served: Mapping[str, tuple[int, float]]) -> None:
+        tenants = sorted(served)  # one lock order for every worker: no deadlock
+        weights = self.options.FAIR_QUEUES.get(queue, {})
+        params = {
+            "queue": queue,
+            "tenants": tenants,
+            "counts": [served[t][0] for t in tenants],
+            "bases": [served[t][1] for t in tenants],
+            "weights": [float(weights.get(t, 1.0)) for t in tenants],
+        }
+        fetch(
+            self.db,
+            statements.RECORD_FAIR_CLAIMS,
+            params,
+            prepare=self.options.PREPARE_STATEMENTS,
+        )
+
+    # -- completion ------------------------------------------------------------
+
+    def finish(self, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished:
+        """Plain successes in one statement; the rest, one by one (``completion.finish``)."""
+        fast = [r for r in reports if _plain_success(r)]
+        if not fast:
+            return super().finish(worker_id, reports)
+        applied = self._complete(worker_id, fast)
+        rest = [r for r in reports if (r.job_id, r.token) not in applied]
+        done = completion.finish(self.db, worker_id, rest, self.options)
+        done.applied[:0] = [(r, JobState.SUCCEEDED) for r in fast if (r.job_id, r.token) in applied]
+        return done
+
+    def _complete(
+        self, worker_id: uuid.UUID, reports: Sequence[Report]
+    ) -> set[tuple[uuid.UUID, int]]:
+        """Apply successes in one round trip; the (job, token) pairs it applied.
+
+        The rest go to the general path, which records each case precisely:
+        stale reports (no lease), and leases on jobs in a state that takes no
+        success.
+        """
+        params: dict[str, Any] = {
+            "job_ids": [r.job_id for r in reports],
+            "tokens": [r.token for r in reports],
+            "results": [Jsonb(r.result) for r in reports],
+            "worker_id": worker_id,
+        }
+        rows = fetch(self.db, statements.COMPLETE, params, prepare=self.options.PREPARE_STATEMENTS)
+        # The statement ends only leases whose job it then updates; anything
+        # else would be a write that bypassed the engine.
+        if not all(row["applied"] for row in rows):
+            raise LockedRowChangedError("a success ended a lease without updating its job")
+        if signal_listeners(Transition.COMPLETE):
+            for row in rows:
+                send_on_commit(
+                    self.db, row["job_id"], Transition.COMPLETE, row["was"], JobState.SUCCEEDED
+                )
+        if rows and rows[0]["queued"] and signal_listeners(Transition.DEPENDENCIES_MET):
+            for job_id in rows[0]["queued"]:
+                send_on_commit(
+                    self.db,
+                    job_id,
+                    Transition.DEPENDENCIES_MET,
+                    JobState.WAITING,
+                    JobState.QUEUED,
+                )
+        return {(row["job_id"], row["token"]) for row in rows}
+
+    # -- operators -------------------------------------------------------------
+
+    def estimated_rows(self, table: str) -> int | None:
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(statements.ESTIMATED_ROWS, [table])
+            row = cursor.fetchone()
+        # -1 means the table was never analysed: no estimate to trust.
+        if row is None or row[0] < 0:
+            return None
+        return int(row[0])
+
+    # -- enqueue ---------------------------------------------------------------
+
+    def insert_now(self, job: Job, args_json: str, kwargs_json: str) -> bool:
+        """One INSERT, with its queue's NOTIFY folded in, where that is safe.
+
+        For a job without an idempotency key (that one needs its lookup and a
+        savepoint), in the caller's transaction or in autocommit, where the
+        statement commits by itself with its NOTIFY. A single enqueue outside
+        a transaction was four round trips (BEGIN, the INSERT, ``pg_notify``,
+        COMMIT) and the ORM compiled the INSERT anew each time; in autocommit
+        this is one. The arguments go as the JSON text their validation made.
+        """
+        connection = connections[self.db]
+        if job.idempotency_key is not None or not (
+            connection.in_atomic_block or connection.get_autocommit()
+        ):
+            return False
+        notify = owes_notify(self.db, job.queue)
+        params: list[Any] = []
+        for field in Job._meta.concrete_fields:
+            if field.attname == "args":
+                params.append(args_json)
+            elif field.attname == "kwargs":
+                params.append(kwargs_json)
+            else:
+                params.append(field.get_db_prep_save(getattr(job, field.attname), connection))
+        if notify:
+            params += [CHANNEL, job.queue]
+        with connection.cursor() as cursor:
+            cursor.execute(statements.insert_job(notify), params)
+        return True
+
+    def bulk_insert(self, prototype: Job, calls: Iterator[Call]) -> None:
+        copy_jobs(self.db, prototype, calls)
+
+    def add_dependencies(
+        self, job_ids: Sequence[uuid.UUID | str], ids: Sequence[uuid.UUID]
+    ) -> None:
+        # One statement for a whole enqueue_many batch, not a model per row.
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(
+                statements.ADD_DEPENDENCIES,
+                [[str(job) for job in job_ids], [str(on) for on in ids]],
+            )
+
+    def dependency_states(self, ids: Sequence[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, str]:
+        if not lock:
+            return dict(Job.objects.using(self.db).filter(id__in=ids).values_list("id", "state"))
+        # FOR SHARE, not FOR UPDATE: jobs enqueued after the same job at once
+        # do not wait for each other, only the job's completion waits for them.
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(statements.DEPENDENCY_STATES, [list(ids)])
+            return dict(cursor.fetchall())
+
+
+def _plain_success(report: Report) -> bool:
+    return report.outcome == AttemptOutcome.SUCCEEDED and report.progress is None
+
+
+def _json(value: Any) -> Any:
+    """JSON columns come back decoded or as text, depending on the cursor's loaders."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _claimed(row: Row) -> Claimed:
+    return Claimed(
+        job_id=row["job_id"],
+        attempt_id=row["attempt_id"],
+        token=row["token"],
+        task_name=row["task_name"],
+        args=_json(row["args"]),
+        kwargs=_json(row["kwargs"]),
+        queue=row["queue"],
+        priority=row["priority"],
+        max_attempts=row["max_attempts"],
+        timeout=row["timeout"],
+        tenant=row["tenant"],
+        idempotency_key=row["idempotency_key"],
+        backend=row["backend"],
+        enqueued_at=row["enqueued_at"],
+        started_at=row["started_at"],
+        lease_expires_at=row["lease_expires_at"],
+        suspect=row["lost_streak"] > 0,
+    )

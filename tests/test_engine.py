@@ -1,0 +1,504 @@
+"""The engines' conformance suite: every engine call, on PostgreSQL and on SQLite.
+
+What one engine does, the other must do: each test runs once per engine
+(``alias``), and the engine-specific tests (prepared statements, plans, row
+locks across processes) are in ``test_engine_postgres.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from django_jobs.bulk import Call
+from django_jobs.conf import JobsOptions
+from django_jobs.engine import engine_for
+from django_jobs.engine.base import Engine
+from django_jobs.exceptions import InvalidTransitionError
+from django_jobs.models import Attempt, Dependency, FairClock, Job, JobEvent, Lease, Worker
+from django_jobs.retry import Decision, Verdict
+from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition
+from django_jobs.values import Report, WorkerIdentity
+
+# Every test runs on both engines: what one engine does, the other must do.
+ENGINES = [
+    pytest.param(
+        "default",
+        marks=[pytest.mark.postgres, pytest.mark.django_db(transaction=True)],
+        id="postgres",
+    ),
+    pytest.param(
+        "sqlite", marks=pytest.mark.django_db(databases=["sqlite"], transaction=True), id="sqlite"
+    ),
+]
+
+
+@pytest.fixture(params=ENGINES)
+def alias(request: pytest.FixtureRequest) -> str:
+    """The database alias of the engine under test."""
+    return str(request.param)
+
+
+QUEUES = ("default",)
+ME = WorkerIdentity(uuid.uuid4(), "test:1")
+
+
+def make_job(
+    alias: str,
+    state: JobState = JobState.QUEUED,
+    *,
+    attempts: int = 0,
+    max_attempts: int = 3,
+    priority: int = 0,
+    run_after_seconds: float = -1,
+    queue: str = "default",
+    leased_by: WorkerIdentity | None = None,
+    lease_expired: bool = False,
+) -> Job:
+    """A job row in any state, written directly: test set-up, not a transition."""
+    now = timezone.now()
+    job = Job.objects.using(alias).create(
+        task_name="tests.testapp.tasks.add",
+        args=[1, 2],
+        queue=queue,
+        priority=priority,
+        run_after=now + timedelta(seconds=run_after_seconds),
+        state=state,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        enqueued_at=now,
+        updated_at=now,
+    )
+    if leased_by is not None:
+        attempt = Attempt.objects.using(alias).create(
+            job=job, number=attempts, worker_id=leased_by.id, started_at=now
+        )
+        expires = now + timedelta(seconds=-5 if lease_expired else 30)
+        Lease.objects.using(alias).create(
+            job=job,
+            attempt=attempt,
+            token=attempts,
+            worker_id=leased_by.id,
+            acquired_at=now,
+            renewed_at=now,
+            expires_at=expires,
+        )
+    return job
+
+
+def report_for(job: Job, transition: Transition) -> Report:
+    attempt = Attempt.objects.using(job._state.db).get(job=job, number=job.attempts)
+    if transition is Transition.COMPLETE:
+        return Report(job.id, job.attempts, attempt.pk, AttemptOutcome.SUCCEEDED, result=3)
+    verdict = {
+        Transition.SCHEDULE_RETRY: Verdict.RETRY,
+        Transition.EXHAUST: Verdict.EXHAUSTED,
+        Transition.FAIL: Verdict.GIVE_UP,
+    }[transition]
+    return Report(
+        job.id,
+        job.attempts,
+        attempt.pk,
+        AttemptOutcome.FAILED,
+        error_type="builtins.ValueError",
+        error_message="boom",
+        decision=Decision(verdict, 0.0),
+    )
+
+
+WORKER_REPORTS = [
+    Transition.COMPLETE,
+    Transition.SCHEDULE_RETRY,
+    Transition.EXHAUST,
+    Transition.FAIL,
+]
+
+
+@pytest.mark.parametrize("state", list(JobState))
+@pytest.mark.parametrize("transition", WORKER_REPORTS)
+def test_finish__applies_only_from_the_states_the_table_allows(
+    alias: str, transition: Transition, state: JobState
+) -> None:
+    job = make_job(alias, state, attempts=1, leased_by=ME)
+    done = engine_for(alias).finish(ME.id, [report_for(job, transition)])
+    job.refresh_from_db()
+    if state is JobState.CANCELLING and transition is not Transition.COMPLETE:
+        transition = Transition.CONFIRM_CANCEL  # a cancelled job is not retried
+    if state in TRANSITIONS[transition].sources:
+        assert (len(done.applied), job.state) == (1, TRANSITIONS[transition].target)
+    else:
+        assert (len(done.stale), job.state) == (1, state)
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_claim__takes_only_queued_jobs(alias: str, state: JobState) -> None:
+    make_job(alias, state, attempts=0)
+    claimed = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    assert len(claimed) == (1 if state is JobState.QUEUED else 0)
+
+
+REAPED = {
+    JobState.RUNNING: TRANSITIONS[Transition.REAP].target,
+    JobState.CANCELLING: TRANSITIONS[Transition.REAP_CANCEL].target,
+}
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_reap__moves_only_leased_states(alias: str, state: JobState) -> None:
+    job = make_job(alias, state, attempts=1, leased_by=ME, lease_expired=True)
+    engine_for(alias).reap()
+    job.refresh_from_db()
+    assert job.state == REAPED.get(state, state)
+
+
+@pytest.mark.parametrize("state", list(JobState))
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_operate__applies_each_verb_only_where_the_table_allows(
+    alias: str, verb: str, state: JobState
+) -> None:
+    job = make_job(alias, state, attempts=1)
+    allowed_here = [t for t in VERBS[verb] if state in TRANSITIONS[t].sources]
+    if allowed_here:
+        taken = engine_for(alias).operate(job.id, verb, "ops", "walk")
+        job.refresh_from_db()
+        event = JobEvent.objects.using(alias).get(job=job)
+        assert (taken, job.state) == (allowed_here[0], TRANSITIONS[allowed_here[0]].target)
+        assert (event.actor, event.from_state, event.to_state) == ("ops", state, job.state)
+    else:
+        with pytest.raises(InvalidTransitionError, match=f"Cannot {verb} job .*: it is {state}"):
+            engine_for(alias).operate(job.id, verb, "ops", "walk")
+        job.refresh_from_db()
+        assert (job.state, JobEvent.objects.using(alias).count()) == (state, 0)
+
+
+def test_transition_table__every_state_is_reachable_and_every_rule_has_sources() -> None:
+    targets = {rule.target for rule in TRANSITIONS.values()}
+    # Enqueue writes the first state: queued, or waiting (after=).
+    assert targets | {JobState.QUEUED, JobState.WAITING} == set(JobState)
+    assert all(rule.sources for rule in TRANSITIONS.values())
+
+
+def test_claim__orders_by_priority_then_age_and_skips_future_jobs(alias: str) -> None:
+    old_low = make_job(alias, priority=0, run_after_seconds=-30)
+    new_high = make_job(alias, priority=5, run_after_seconds=-1)
+    old_high = make_job(alias, priority=5, run_after_seconds=-20)
+    make_job(alias, priority=100, run_after_seconds=+60)
+    make_job(alias, priority=100, queue="other")
+    claimed = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    assert [c.job_id for c in claimed] == [old_high.id, new_high.id, old_low.id]
+
+
+def test_claim__writes_attempt_and_lease_with_the_attempt_number_as_token(alias: str) -> None:
+    job = make_job(alias, attempts=2, max_attempts=5)
+    [claimed] = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    lease = Lease.objects.using(alias).get(job=job)
+    attempt = Attempt.objects.using(alias).get(job=job)
+    assert (claimed.token, lease.token, attempt.number) == (3, 3, 3)
+    assert (lease.worker_id, attempt.outcome) == (ME.id, AttemptOutcome.RUNNING)
+    assert Job.objects.using(alias).get().state == JobState.RUNNING
+
+
+def test_renew__extends_held_leases_and_reports_lost_ones(alias: str) -> None:
+    kept = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME)
+    gone = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME)
+    before = Lease.objects.using(alias).get(job=kept).expires_at
+    Lease.objects.using(alias).filter(job=gone).delete()
+    renewed = engine_for(alias).renew(ME.id, [(kept.id, 1), (gone.id, 1)], lease_seconds=60)
+    assert (renewed.lost, renewed.cancelling) == ({(gone.id, 1)}, set())
+    assert Lease.objects.using(alias).get(job=kept).expires_at > before
+
+
+def test_finish__rejects_stale_lease_and_keeps_the_late_report(alias: str) -> None:
+    job = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    late = report_for(job, Transition.COMPLETE)
+    engine_for(alias).reap()
+    done = engine_for(alias).finish(ME.id, [late])
+    job.refresh_from_db()
+    attempt = Attempt.objects.using(alias).get(job=job, number=1)
+    assert (done.applied, done.stale) == ([], [late])
+    assert (job.state, job.result, job.attempts) == (JobState.QUEUED, None, 1)
+    assert attempt.outcome == AttemptOutcome.LOST
+    assert attempt.late_report is not None and attempt.late_report["outcome"] == "succeeded"
+
+
+def test_finish__rejects_an_old_token_after_the_job_was_reclaimed(alias: str) -> None:
+    job = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    old = report_for(job, Transition.COMPLETE)
+    engine_for(alias).reap()
+    [again] = engine_for(alias).claim(ME, QUEUES, 1, lease_seconds=10)
+    done = engine_for(alias).finish(ME.id, [old])
+    assert (again.token, done.stale) == (2, [old])
+    assert Job.objects.using(alias).get().state == JobState.RUNNING
+    assert Lease.objects.using(alias).get().token == 2
+
+
+def test_reap__exhausts_a_job_whose_last_attempt_was_lost(alias: str) -> None:
+    job = make_job(
+        alias, JobState.RUNNING, attempts=3, max_attempts=3, leased_by=ME, lease_expired=True
+    )
+    engine_for(alias).reap()
+    job.refresh_from_db()
+    assert job.state == JobState.EXHAUSTED
+    assert job.last_error.startswith("lost: ")
+
+
+def test_release_worker__loses_its_attempts_and_requeues_at_once(alias: str) -> None:
+    other = WorkerIdentity(uuid.uuid4(), "other:2")
+    mine = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME)
+    theirs = make_job(alias, JobState.RUNNING, attempts=1, leased_by=other)
+    released = engine_for(alias).release_worker(ME.id, "worker process died")
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert (released, mine.state, theirs.state) == (1, JobState.QUEUED, JobState.RUNNING)
+    assert Attempt.objects.using(alias).get(job=mine).error_message == "worker process died"
+
+
+# -- every way a job moves leaves its derived fields consistent ------------------
+
+FINISHED_ATTEMPT = {
+    JobState.SUCCEEDED: AttemptOutcome.SUCCEEDED,
+    JobState.FAILED: AttemptOutcome.FAILED,
+    JobState.EXHAUSTED: AttemptOutcome.FAILED,
+    JobState.CANCELLED: AttemptOutcome.CANCELLED,
+    JobState.QUARANTINED: AttemptOutcome.LOST,
+    JobState.DISCARDED: AttemptOutcome.FAILED,
+}
+
+
+def consistent_row(alias: str, state: JobState) -> Job:
+    """A job as the engine leaves it in ``state``: the derived fields agree with it."""
+    now = timezone.now()
+    leased = state in (JobState.RUNNING, JobState.CANCELLING)
+    ran = leased or state in FINISHED_ATTEMPT
+    attempts = 3 if state is JobState.EXHAUSTED else int(ran)
+    job = make_job(alias, state, attempts=attempts, leased_by=ME if leased else None)
+    job.started_at = now if ran else None
+    job.finished_at = None if state in (JobState.WAITING, JobState.QUEUED) or leased else now
+    job.cancel_requested_at = now if state in (JobState.CANCELLING, JobState.CANCELLED) else None
+    job.expires_at = now - timedelta(seconds=1) if state is JobState.QUEUED else None
+    job.waiting_on = 1 if state is JobState.WAITING else 0
+    job.save()
+    if ran and not leased:
+        Attempt.objects.using(alias).create(
+            job=job,
+            number=attempts,
+            worker_id=ME.id,
+            started_at=now,
+            finished_at=now,
+            outcome=FINISHED_ATTEMPT[state],
+        )
+    return job
+
+
+def inconsistencies(job: Job) -> list[str]:
+    """What in the row disagrees with its state; the spec every transition must keep."""
+    job.refresh_from_db()
+    state = JobState(job.state)
+    leased = state in (JobState.RUNNING, JobState.CANCELLING)
+    live = state in (JobState.WAITING, JobState.QUEUED) or leased
+    db = job._state.db
+    lease = Lease.objects.using(db).filter(job=job).first()
+    running = list(Attempt.objects.using(db).filter(job=job, outcome=AttemptOutcome.RUNNING))
+    problems = []
+    if (job.finished_at is None) != live:
+        problems.append(f"finished_at {job.finished_at} in {state}")
+    if (job.started_at is None) != (job.attempts == 0):
+        problems.append(f"started_at {job.started_at} after {job.attempts} attempts")
+    if (lease is not None) != leased or (lease is not None and lease.token != job.attempts):
+        problems.append(f"lease {lease and lease.token} in {state} at attempt {job.attempts}")
+    if [a.number for a in running] != ([job.attempts] if leased else []):
+        problems.append(f"running attempts {[a.number for a in running]} in {state}")
+    if (job.cancel_requested_at is not None) and state in (
+        JobState.WAITING,
+        JobState.QUEUED,
+        JobState.RUNNING,
+    ):
+        problems.append(f"cancel_requested_at {job.cancel_requested_at} in {state}")
+    if state is JobState.QUEUED and job.attempts >= job.max_attempts:
+        problems.append(f"queued with {job.attempts} of {job.max_attempts} attempts used")
+    return problems
+
+
+def engine_of(job: Job) -> Engine:
+    """The engine of the database ``job`` was written to."""
+    return engine_for(job._state.db or "default")
+
+
+def _verb(verb: str) -> Any:
+    return lambda job: engine_of(job).operate(job.id, verb, "ops", "walk")
+
+
+def _report(transition: Transition) -> Any:
+    def report(job: Job) -> None:
+        if (
+            Attempt.objects.using(job._state.db).filter(job=job, number=job.attempts).exists()
+        ):  # else none can report
+            engine_of(job).finish(ME.id, [report_for(job, transition)])
+
+    return report
+
+
+def _reap(job: Job) -> None:
+    Lease.objects.using(job._state.db).filter(job=job).update(
+        expires_at=timezone.now() - timedelta(seconds=5)
+    )
+    engine_of(job).reap()
+
+
+def _poison(job: Job) -> None:
+    Job.objects.using(job._state.db).filter(id=job.id).update(lost_streak=2)
+    _reap(job)
+
+
+LEASED = frozenset({JobState.RUNNING, JobState.CANCELLING})
+# Every event, with the states it moves a job out of (elsewhere it is refused,
+# which the tests above cover).
+EVENTS: dict[str, tuple[Any, frozenset[JobState]]] = {
+    **{
+        f"verb {verb}": (_verb(verb), frozenset().union(*(TRANSITIONS[t].sources for t in ts)))
+        for verb, ts in VERBS.items()
+    },
+    **{f"report {t}": (_report(t), LEASED) for t in WORKER_REPORTS},
+    "reap": (_reap, LEASED),
+    "reap, poison": (_poison, LEASED),
+    "claim": (lambda job: engine_of(job).claim(ME, QUEUES, 1, 10), frozenset({JobState.QUEUED})),
+    "expire": (lambda job: engine_of(job).expire_overdue(), frozenset({JobState.QUEUED})),
+}
+
+
+@pytest.mark.parametrize(
+    ("event", "state"),
+    [(event, state) for event, (_, sources) in EVENTS.items() for state in sorted(sources)],
+)
+def test_every_transition__leaves_the_derived_fields_consistent_with_the_state(
+    alias: str, event: str, state: JobState
+) -> None:
+    job = consistent_row(alias, state)
+    assert inconsistencies(job) == []  # the walk starts from a row the engine could write
+
+    EVENTS[event][0](job)
+
+    assert inconsistencies(job) == []
+
+
+# -- queues, expiry, presence ------------------------------------------------------
+
+
+def test_set_queue_paused__a_paused_queue_is_not_claimed_until_resumed(alias: str) -> None:
+    job = make_job(alias)
+    engine = engine_for(alias)
+    changed = engine.set_queue_paused("default", True, "ops", "deploy")
+    while_paused = engine.claim(ME, QUEUES, 10)
+    again = engine.set_queue_paused("default", True, "ops")
+    engine.set_queue_paused("default", False, "ops")
+    after = engine.claim(ME, QUEUES, 10)
+    assert (changed, while_paused, again) == (True, [], False)
+    assert [c.job_id for c in after] == [job.id]
+
+
+def test_expire_overdue__expires_queued_jobs_past_their_deadline_only(alias: str) -> None:
+    overdue = make_job(alias)
+    later = make_job(alias)
+    Job.objects.using(alias).filter(id=overdue.id).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    Job.objects.using(alias).filter(id=later.id).update(
+        expires_at=timezone.now() + timedelta(hours=1)
+    )
+    expired = engine_for(alias).expire_overdue()
+    states = dict(Job.objects.using(alias).values_list("id", "state"))
+    assert (expired, states) == (1, {overdue.id: JobState.EXPIRED, later.id: JobState.QUEUED})
+
+
+def test_release_lease__loses_that_attempt_only_and_requeues_its_job(alias: str) -> None:
+    died = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME)
+    alive = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME)
+    released = engine_for(alias).release_lease(ME.id, died.id, 1, "isolated child died")
+    states = dict(Job.objects.using(alias).values_list("id", "state"))
+    attempt = Attempt.objects.using(alias).get(job=died)
+    assert (released, states) == (1, {died.id: JobState.QUEUED, alive.id: JobState.RUNNING})
+    assert (attempt.outcome, attempt.error_message) == (
+        AttemptOutcome.LOST,
+        "isolated child died",
+    )
+
+
+def test_register_and_stop_worker__record_its_presence(alias: str) -> None:
+    engine = engine_for(alias)
+    engine.register_worker(ME, "default", "host", 42, ["default"], 4)
+    registered = Worker.objects.using(alias).get(id=ME.id)
+    engine.stop_worker(ME.id)
+    stopped = Worker.objects.using(alias).get(id=ME.id)
+    assert (registered.pid, registered.concurrency, registered.stopped_at) == (42, 4, None)
+    assert stopped.stopped_at is not None
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_idle__only_when_no_job_of_the_queues_is_queued_or_leased(
+    alias: str, state: JobState
+) -> None:
+    """A waiting job does not keep a burst worker: what it waits for may never succeed."""
+    make_job(alias, state, attempts=1)
+    in_flight = {JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING}
+    assert engine_for(alias).idle(QUEUES) is (state not in in_flight)
+    assert engine_for(alias).idle(["other"]) is True
+
+
+# -- fair queues -------------------------------------------------------------------
+
+FAIR = JobsOptions.from_mapping("default", {"FAIR_QUEUES": {"default": {"b": 0.5}}})
+
+
+def test_fair_heads__each_tenants_next_jobs_leaving_out_blocked_keys(alias: str) -> None:
+    for tenant, key in [("a", None), ("a", "busy"), ("a", None), ("a", None), ("b", "busy")]:
+        job = make_job(alias)
+        Job.objects.using(alias).filter(id=job.id).update(tenant=tenant, concurrency_key=key)
+    heads = engine_for(alias, FAIR).fair_heads("default", 2, ["busy"])
+    assert sorted(h.tenant for h in heads) == ["a", "a"]
+    assert all(h.concurrency_key is None for h in heads)
+
+
+def test_record_served__moves_each_tenants_clock_by_its_claims_over_its_weight(
+    alias: str,
+) -> None:
+    engine = engine_for(alias, FAIR)
+    engine.record_served("default", {"a": (3, 10.0), "b": (1, 10.0)})
+    engine.record_served("default", {"a": (2, 11.0)})
+    rows = {
+        c.tenant: (c.claims, c.start, c.finish, c.weight)
+        for c in FairClock.objects.using(alias).filter(queue="default")
+    }
+    assert rows == {"a": (5, 14.0, 15.0, 1.0), "b": (1, 10.0, 12.0, 0.5)}
+
+
+# -- enqueue -------------------------------------------------------------------------
+
+
+def test_dependencies__are_written_and_read_back_with_their_states(alias: str) -> None:
+    done = make_job(alias, JobState.SUCCEEDED, attempts=1)
+    pending = make_job(alias)
+    new = make_job(alias, JobState.WAITING)
+    engine = engine_for(alias)
+    with transaction.atomic(using=alias):
+        engine.add_dependencies([new.id], [done.id, pending.id])
+        states = engine.dependency_states([done.id, pending.id], lock=True)
+    rows = set(Dependency.objects.using(alias).values_list("job_id", "depends_on_id"))
+    assert rows == {(new.id, done.id), (new.id, pending.id)}
+    assert states == {done.id: JobState.SUCCEEDED, pending.id: JobState.QUEUED}
+
+
+def test_bulk_insert__writes_one_job_per_call_from_the_prototype(alias: str) -> None:
+    prototype = make_job(alias, priority=7)
+    Job.objects.using(alias).filter(id=prototype.id).delete()
+    now = timezone.now()
+    calls = [Call(str(uuid.uuid4()), [n], {}, json.dumps([n]), "{}", now, now) for n in range(3)]
+    with transaction.atomic(using=alias):
+        engine_for(alias).bulk_insert(prototype, iter(calls))
+    rows = sorted(Job.objects.using(alias).values_list("args", "priority", "task_name"))
+    assert rows == [([n], 7, "tests.testapp.tasks.add") for n in range(3)]

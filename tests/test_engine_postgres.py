@@ -1,0 +1,225 @@
+"""The PostgreSQL engine's own promises: prepared statements, pinned plans, row locks.
+
+The behaviour both engines share is in ``test_engine.py``; here is what only
+PostgreSQL's statements do, and the statements run from several processes at
+once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connections, transaction
+
+from django_jobs.conf import JobsOptions
+from django_jobs.engine import engine_for
+from django_jobs.engine.postgres import statements
+from django_jobs.models import Attempt, FairClock, Job, Lease
+from django_jobs.states import AttemptOutcome, JobState
+from django_jobs.values import Report, WorkerIdentity
+from tests.conftest import run_in_processes
+from tests.test_engine import ME, QUEUES, make_job
+
+pytestmark = pytest.mark.postgres
+
+DB = "default"
+
+
+def _prepared_statements() -> list[str]:
+    with connections[DB].cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_claim_and_complete__are_prepared_statements_only_when_asked(
+    pg: None, prepare: bool
+) -> None:
+    make_job(DB)
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": prepare})
+    [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10, 10)
+    success = Report(claimed.job_id, claimed.token, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
+    done = engine_for(DB, rules).finish(ME.id, [success])
+    prepared = " ".join(_prepared_statements())
+    assert done.applied == [(success, JobState.SUCCEEDED)]
+    # psycopg prepares them with $n placeholders, so look for their writes.
+    assert (
+        "INSERT INTO django_jobs_lease" in prepared,
+        "DELETE FROM django_jobs_lease" in prepared,
+    ) == (
+        prepare,
+        prepare,
+    )
+
+
+def test_prepared_statements__leave_other_queries_on_the_connection_unprepared(pg: None) -> None:
+    make_job(DB)
+    engine_for(DB).claim(ME, QUEUES, 10, 10)
+    # A server-binding cursor (Django's, with server_side_binding) could prepare
+    # on its own; the threshold set for the claim must never let it.
+    with psycopg.Cursor(connections[DB].connection) as cursor:
+        for _ in range(10):
+            cursor.execute("SELECT count(*) FROM django_jobs_job WHERE state = %s", ["running"])
+    assert [s for s in _prepared_statements() if "count(*)" in s] == []
+
+
+def test_renew__skips_a_lease_the_completer_holds_instead_of_waiting_for_it(pg: None) -> None:
+    """The completer locks the leases it ends in its own order; waiting for them deadlocked."""
+    busy = make_job(DB, JobState.RUNNING, attempts=1, leased_by=ME)
+    idle = make_job(DB, JobState.RUNNING, attempts=1, leased_by=ME)
+    before = {lease.job_id: lease.expires_at for lease in Lease.objects.all()}
+    params = connections[DB].get_connection_params()
+    with psycopg.connect(**params) as completer:  # a transaction holding busy's lease
+        completer.execute("SELECT 1 FROM django_jobs_lease WHERE job_id = %s FOR UPDATE", [busy.id])
+        with connections[DB].cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # waiting would fail the test, not hang it
+        renewed = engine_for(DB).renew(ME.id, [(busy.id, 1), (idle.id, 1)], lease_seconds=60)
+        completer.rollback()
+    after = {lease.job_id: lease.expires_at for lease in Lease.objects.all()}
+    assert renewed.lost == set()
+    assert (after[busy.id] == before[busy.id], after[idle.id] > before[idle.id]) == (True, True)
+
+
+# -- the same statements, from several processes at once -----------------------
+
+
+def _claim_all(results: Any) -> None:
+    connections.close_all()
+    me = WorkerIdentity(uuid.uuid4(), "proc")
+    mine: list[str] = []
+    while batch := engine_for(DB).claim(me, QUEUES, 7, lease_seconds=30):
+        mine.extend(str(c.job_id) for c in batch)
+    results.put(mine)
+    connections.close_all()
+
+
+def _reap_all(results: Any) -> None:
+    connections.close_all()
+    total = 0
+    while reaped := engine_for(DB).reap(batch=5):
+        total += reaped
+    results.put(total)
+    connections.close_all()
+
+
+def test_claim__concurrent_claimers_take_disjoint_batches(pg: None) -> None:
+    ids = {str(make_job(DB).id) for _ in range(300)}
+    batches = run_in_processes(_claim_all, 4)
+    claimed = [job_id for batch in batches for job_id in batch]
+    assert (len(claimed), set(claimed)) == (300, ids)
+    assert Attempt.objects.count() == Lease.objects.count() == 300
+
+
+def test_reap__concurrent_reapers_reap_each_lease_once(pg: None) -> None:
+    for _ in range(60):
+        make_job(DB, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    counts = run_in_processes(_reap_all, 4)
+    assert sum(counts) == 60
+    assert Attempt.objects.filter(outcome=AttemptOutcome.LOST).count() == 60
+    assert set(Job.objects.values_list("state", "attempts")) == {(JobState.QUEUED, 1)}
+    assert Lease.objects.count() == 0
+
+
+def _seq_scans_not_yet_reported(table: str) -> int:
+    """This backend's sequential scans of ``table`` that it has not sent to the statistics yet.
+
+    PostgreSQL 15 sends them at most once a second, so only a difference
+    taken within one transaction is exact.
+    """
+    with connections[DB].cursor() as cursor:
+        cursor.execute("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = %s", [table])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_completion__a_plan_made_on_empty_tables_still_uses_the_indexes_when_they_grow(
+    pg: None,
+) -> None:
+    """A worker started on a new deployment keeps its prepared plans for its life."""
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+    with connections[DB].cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job, django_jobs_attempt, django_jobs_lease")
+    for _ in range(8):  # past PostgreSQL's five custom plans: the generic one from now on
+        make_job(DB)
+        [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10, 10)
+        success = Report(claimed.job_id, 1, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
+        engine_for(DB, rules).finish(ME.id, [success])
+    history = make_job(DB, JobState.SUCCEEDED, attempts=1)
+    with connections[DB].cursor() as cursor:  # 20,000 attempts of history, no ANALYZE
+        cursor.execute(
+            "INSERT INTO django_jobs_attempt (job_id, number, worker_id, worker_name, outcome,"
+            " started_at, finished_at, error_type, error_message, traceback)"
+            " SELECT %s, n, %s, '', 'succeeded', now(), now(), '', '', ''"
+            " FROM generate_series(1, 20000) AS n",
+            [history.id, ME.id],
+        )
+    make_job(DB)
+    [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10, 10)
+    success = Report(claimed.job_id, 1, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
+
+    with transaction.atomic(using=DB):
+        before = _seq_scans_not_yet_reported("django_jobs_attempt")
+        done = engine_for(DB, rules).finish(ME.id, [success])
+        seq_scans = _seq_scans_not_yet_reported("django_jobs_attempt") - before
+
+    assert (done.applied, seq_scans) == ([(success, JobState.SUCCEEDED)], 0)
+
+
+def test_claim__a_pinned_session_never_compiles_its_statements(pg: None) -> None:
+    """Disabled scans cost 10^10 to the planner: without JIT off, that compiles every claim."""
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+    make_job(DB)
+    engine_for(DB, rules).claim(ME, QUEUES, 10, 10)  # pins the session's plans
+    params = {
+        "queues": list(QUEUES),
+        "limit": 10,
+        "worker_id": ME.id,
+        "worker_name": ME.name,
+        "lease_seconds": 10,
+    }
+
+    with connections[DB].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, COSTS) {statements.CLAIM}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "cost=10000000" in plan  # the session's sequential scans are off
+    assert "JIT:" not in plan
+
+
+def test_record_served__concurrent_workers_add_up_every_claim_on_one_clock(pg: None) -> None:
+    fair = JobsOptions.from_mapping("default", {"FAIR_QUEUES": {"q": {"b": 0.5}}})
+
+    def record_many(results: Any) -> None:
+        engine = engine_for(DB, fair)
+        for _ in range(200):
+            engine.record_served("q", {"a": (3, 0.0), "b": (1, 0.0)})
+        connections.close_all()
+        results.put(True)
+
+    run_in_processes(record_many, 4)
+    rows = {c.tenant: (c.claims, c.finish, c.weight) for c in FairClock.objects.filter(queue="q")}
+    assert rows == {"a": (2400, 2400.0, 1.0), "b": (800, 1600.0, 0.5)}
+
+
+def test_insert_now__one_statement_in_autocommit_but_not_with_an_idempotency_key(pg: None) -> None:
+    engine = engine_for(DB)
+    job = make_job(DB)
+    Job.objects.filter(id=job.id).delete()
+    keyed = make_job(DB)
+    Job.objects.filter(id=keyed.id).delete()
+    keyed.idempotency_key = "k"
+    written = engine.insert_now(job, "[1, 2]", "{}")
+    refused = engine.insert_now(keyed, "[1, 2]", "{}")
+    assert (written, refused) == (True, False)
+    assert list(Job.objects.values_list("id", "args")) == [(job.id, [1, 2])]
+
+
+def test_estimated_rows__is_the_planners_count_once_the_table_was_analysed(pg: None) -> None:
+    for _ in range(5):
+        make_job(DB)
+    with connections[DB].cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job")
+    assert engine_for(DB).estimated_rows("django_jobs_job") == 5
