@@ -211,7 +211,8 @@ def fire_due(backend: JobsBackend, now: datetime | None = None) -> int:
         _initialise(db, schedule, now)
     fired = 0
     for schedule in enabled.filter(next_fire_at__lte=now).order_by("next_fire_at"):
-        fired += _fire(backend, schedule, now, grace)
+        if schedule.next_fire_at is not None:  # always, by the filter: narrows the type
+            fired += _fire(backend, schedule, schedule.next_fire_at, now, grace)
     return fired
 
 
@@ -227,14 +228,15 @@ def _initialise(db: str, schedule: Schedule, now: datetime) -> None:
     )
 
 
-def _fire(backend: JobsBackend, schedule: Schedule, now: datetime, grace: timedelta) -> int:
+def _fire(
+    backend: JobsBackend, schedule: Schedule, due: datetime, now: datetime, grace: timedelta
+) -> int:
     db = backend.db
-    assert schedule.next_fire_at is not None
     try:
         decided = plan(
             schedule.cron,
             schedule.timezone,
-            schedule.next_fire_at,
+            due,
             now,
             schedule.missed,
             schedule.max_catch_up,
@@ -250,7 +252,7 @@ def _fire(backend: JobsBackend, schedule: Schedule, now: datetime, grace: timede
             held = (
                 Schedule.objects.using(db)
                 .select_for_update(skip_locked=True)
-                .filter(pk=schedule.pk, next_fire_at=schedule.next_fire_at)
+                .filter(pk=schedule.pk, next_fire_at=due)
                 .values_list("pk", flat=True)
             )
             if not list(held):
@@ -258,7 +260,7 @@ def _fire(backend: JobsBackend, schedule: Schedule, now: datetime, grace: timede
             # The compare-and-set decides who fires (module docstring).
             won = (
                 Schedule.objects.using(db)
-                .filter(pk=schedule.pk, next_fire_at=schedule.next_fire_at, enabled=True)
+                .filter(pk=schedule.pk, next_fire_at=due, enabled=True)
                 .update(
                     next_fire_at=decided.next_fire_at,
                     last_fired_at=decided.fire[-1] if decided.fire else schedule.last_fired_at,
@@ -276,7 +278,7 @@ def _fire(backend: JobsBackend, schedule: Schedule, now: datetime, grace: timede
         logger.warning(
             "Schedule %s missed ticks between %s and %s; policy %s dropped some of them.",
             schedule.name,
-            schedule.next_fire_at.isoformat(),
+            due.isoformat(),
             now.isoformat(),
             schedule.missed,
         )

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.tasks import Task, TaskContext
 
@@ -60,14 +60,17 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         ``after``: jobs — a ``TaskResult``, a ``Job`` or a job id — that must
         all succeed before this one runs; checked at enqueue.
         """
-        base: Task[Any, Any] = Task.using(
-            self,
-            priority=priority,
-            queue_name=queue_name,
-            run_after=run_after,
-            backend=backend,
+        # Task.using copies ``self`` (dataclasses.replace): a JobTask stays one.
+        base = cast(
+            JobTask,
+            Task.using(
+                self,
+                priority=priority,
+                queue_name=queue_name,
+                run_after=run_after,
+                backend=backend,
+            ),
         )
-        assert isinstance(base, JobTask)
         ours: dict[str, Any] = {
             "tenant": tenant,
             "initiator": initiator,
