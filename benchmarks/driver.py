@@ -76,6 +76,9 @@ def main() -> None:
     parser.add_argument(
         "--overload-seconds", type=float, help="W6: how long to offer more than capacity"
     )
+    parser.add_argument("--pressure-pin", choices=["idle", "readers"], help="W7: what pins")
+    parser.add_argument("--pressure-phases", help="W7: clean,pinned,recovery seconds")
+    parser.add_argument("--pressure-rate", type=float, help="W7: jobs/s offered")
     options = parser.parse_args()
     sizes = (
         workloads.SMOKE
@@ -86,6 +89,13 @@ def main() -> None:
     )
     if options.overload_seconds is not None:
         sizes = dataclasses.replace(sizes, overload_seconds=options.overload_seconds)
+    if options.pressure_pin is not None:
+        sizes = dataclasses.replace(sizes, pressure_pin=options.pressure_pin)
+    if options.pressure_phases is not None:
+        clean, pinned, recovery = (float(s) for s in options.pressure_phases.split(","))
+        sizes = dataclasses.replace(sizes, pressure_phases=(clean, pinned, recovery))
+    if options.pressure_rate is not None:
+        sizes = dataclasses.replace(sizes, pressure_rate=options.pressure_rate)
     if options.create_db:
         pg.create_database(options.db)
     try:

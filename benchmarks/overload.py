@@ -47,10 +47,13 @@ def set_autovacuum(value: str | None) -> None:
     time.sleep(1)  # the postmaster rereads it asynchronously
 
 
-def run_peer(peer: str, seconds: float, log: Path) -> dict[str, Any]:
-    db = f"bench_overload_{peer.replace('-', '_')}"
+def run_workload(
+    peer: str, workload: str, args: list[str], timeout: float, log: Path
+) -> dict[str, Any]:
+    """One workload for one peer, in a driver process of its own on a fresh database."""
+    db = f"bench_{workload}_{peer.replace('-', '_')}"
     argv = [sys.executable, "-m", "benchmarks.driver", "--peer", peer, "--db", db]
-    argv += ["--create-db", "--only", "w6", "--overload-seconds", str(seconds)]
+    argv += ["--create-db", "--only", workload, *args]
     with log.open("w") as stderr:
         done = subprocess.run(
             argv,
@@ -59,7 +62,7 @@ def run_peer(peer: str, seconds: float, log: Path) -> dict[str, Any]:
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
-            timeout=seconds + 1800,
+            timeout=timeout,
         )
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
@@ -67,8 +70,12 @@ def run_peer(peer: str, seconds: float, log: Path) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(lines[-1])
     if result["errors"]:
         return {"error": result["errors"]}
-    w6: dict[str, Any] = result["w6"]
-    return w6
+    found: dict[str, Any] = result[workload]
+    return found
+
+
+def run_peer(peer: str, seconds: float, log: Path) -> dict[str, Any]:
+    return run_workload(peer, "w6", ["--overload-seconds", str(seconds)], seconds + 1800, log)
 
 
 def markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks import record
+import psycopg
+
+from benchmarks import pg, record
 from benchmarks.peers.base import Peer, WorkerSetting
 from benchmarks.rss import PeakSampler
 
@@ -27,6 +31,16 @@ class Sizes:
     overload_window: float = 10.0
     overload_factor: float = 2.0
     overload_batch: int = 128
+    # W7: ``pressure_rate`` jobs/s offered in batches of ``pressure_batch``
+    # through three phases (clean, horizon pinned, recovery) of these lengths,
+    # a pickup probe every ``pressure_probe_gap`` seconds; ``pressure_pin``:
+    # "idle" (one transaction idle after taking an xid) or "readers" (four
+    # REPEATABLE READ transactions scanning the peer's tables).
+    pressure_rate: float = 1000.0
+    pressure_batch: int = 50
+    pressure_phases: tuple[float, float, float] = (60.0, 120.0, 60.0)
+    pressure_probe_gap: float = 0.25
+    pressure_pin: str = "idle"
 
 
 QUICK = Sizes(
@@ -49,6 +63,9 @@ SMOKE = Sizes(
     overload_seconds=2.0,
     overload_window=1.0,
     overload_batch=16,
+    pressure_rate=100.0,
+    pressure_batch=10,
+    pressure_phases=(1.0, 2.0, 1.0),
 )
 
 
@@ -191,6 +208,158 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
     }
 
 
+PHASES = ("clean", "pinned", "recovery")
+
+
+def w7_pressure(peer: Peer, sizes: Sizes) -> dict[str, Any]:
+    """A steady load while something pins the vacuum horizon: is the rate kept, the pickup fast?
+
+    The best setting runs while a producer offers ``pressure_rate`` jobs/s in
+    small bulk batches on a wall-clock schedule, through three phases: clean;
+    the horizon pinned (``Pin``), so no dead row of any table can be removed;
+    and recovery, after the pin is released. A pickup probe is enqueued every
+    ``pressure_probe_gap`` seconds (commit → the task's first line). Per
+    phase: the completions against the offer, the probes' p50/p99, and the
+    dead tuples of each of the peer's tables at its end.
+    """
+    peer.reset()
+    peer.analyze()
+    target = peer.record_target()
+    record.clear(target)
+    workers = peer.start_workers(peer.settings()["best"], drain=False)
+    committed: dict[int, tuple[str, float]] = {}
+    marks: list[dict[str, Any]] = []
+    enqueued = probes = 0
+    gap = sizes.pressure_batch / sizes.pressure_rate
+    pin = Pin(peer, sizes.pressure_pin)
+    try:
+        peer.enqueue_probe(0)  # warm: the workers are up once probe 0 ran
+        _wait_for(target, {0}, workers, 120)
+        started = time.monotonic()
+        next_batch = next_probe = started
+        for phase, seconds in zip(PHASES, sizes.pressure_phases, strict=True):
+            if phase == "pinned":
+                pin.start()
+            elif phase == "recovery":
+                pin.stop()
+            marks.append(
+                {
+                    "phase": phase,
+                    "at": time.monotonic(),
+                    "enqueued": enqueued,
+                    "pending": peer.pending(),
+                }
+            )
+            ends = time.monotonic() + seconds
+            while (now := time.monotonic()) < ends:
+                if now >= next_batch:
+                    if not peer.enqueue_bulk(sizes.pressure_batch):
+                        peer.enqueue_one(sizes.pressure_batch)
+                    enqueued += sizes.pressure_batch
+                    next_batch += gap
+                if now >= next_probe:
+                    probes += 1
+                    peer.enqueue_probe(probes)
+                    committed[probes] = (phase, time.time())
+                    enqueued += 1
+                    next_probe += sizes.pressure_probe_gap
+                if workers.all_exited():
+                    raise RuntimeError(f"{peer.name}: workers exited\n{workers.output()}")
+                time.sleep(max(0.0, min(next_batch, next_probe, ends) - time.monotonic()))
+            marks[-1].update(
+                end=time.monotonic(),
+                enqueued_end=enqueued,
+                pending_end=peer.pending(),
+                dead_tuples=peer.dead_tuples(),
+            )
+        starts = _wait_for_some(target, set(committed), workers, 60)
+    finally:
+        pin.stop()
+        workers.stop()
+    peer.reset()
+    result: dict[str, Any] = {"offered_jobs_s": sizes.pressure_rate, "pin": sizes.pressure_pin}
+    for mark in marks:
+        seconds = mark["end"] - mark["at"]
+        offered = (mark["enqueued_end"] - mark["enqueued"]) / seconds
+        done = (mark["enqueued_end"] - mark["pending_end"]) - (mark["enqueued"] - mark["pending"])
+        waits = sorted(
+            (starts[n] - at) * 1000
+            for n, (phase, at) in committed.items()
+            if phase == mark["phase"] and n in starts
+        )
+        missing = sum(
+            1 for n, (p, _) in committed.items() if p == mark["phase"] and n not in starts
+        )
+        result[mark["phase"]] = {
+            "completed_s": done / seconds,
+            "kept": done / seconds / offered,
+            "pickup_p50_ms": statistics.median(waits) if waits else None,
+            "pickup_p99_ms": _percentile(waits, 99) if waits else None,
+            "probes_not_started": missing,
+            "backlog_end": mark["pending_end"],
+            "dead_tuples_end": mark["dead_tuples"],
+        }
+    return result
+
+
+class Pin:
+    """What holds the vacuum horizon back during the pinned phase.
+
+    ``idle``: one connection that took a transaction id and then sits idle in
+    its transaction (a forgotten ``BEGIN`` in a shell, a stuck request).
+    ``readers``: four ``REPEATABLE READ`` transactions that keep scanning the
+    peer's tables (a long report, a logical backup).
+    """
+
+    def __init__(self, peer: Peer, kind: str) -> None:
+        if kind not in ("idle", "readers"):
+            raise ValueError(f"pressure pin {kind!r}: use idle or readers")
+        self.peer, self.kind = peer, kind
+        self.connections: list[Any] = []
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        if self.kind == "idle":
+            conn = psycopg.connect(pg.dsn(self.peer.db))  # not autocommit: BEGIN implied
+            conn.execute("SELECT txid_current()")  # an open transaction with an xid
+            self.connections.append(conn)
+            return
+        for _ in range(4):
+            thread = threading.Thread(target=self._read, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _read(self) -> None:
+        conn = psycopg.connect(pg.dsn(self.peer.db))
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        self.connections.append(conn)  # one snapshot, held from the first scan to stop()
+        while not self.stopping.is_set():
+            for table in self.peer.job_tables:
+                conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()
+            self.stopping.wait(0.5)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(10)
+        for conn in self.connections:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+                conn.close()
+        self.connections, self.threads = [], []
+
+
+def _wait_for_some(target: str, wanted: set[int], workers: Any, timeout: float) -> dict[int, float]:
+    """The probes' start times, waiting up to ``timeout`` for the last ones."""
+    deadline = time.monotonic() + timeout
+    while True:
+        starts = record.read_starts(target)
+        if wanted <= starts.keys() or time.monotonic() > deadline or workers.all_exited():
+            return starts
+        time.sleep(0.1)
+
+
 def _wait_for(target: str, wanted: set[int], workers: Any, timeout: float) -> dict[int, float]:
     deadline = time.monotonic() + timeout
     while True:
@@ -215,4 +384,5 @@ ALL = {
     "w3": w3_latency,
     "w4": w4_backlog,
     "w6": w6_overload,
+    "w7": w7_pressure,
 }

@@ -38,7 +38,7 @@ def test_every_workload_runs_at_tiny_size_for_django_jobs() -> None:
     env = {**os.environ, "BENCH_PG": _server(), "PYTHONPATH": str(ROOT)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     argv = ["--peer", "django-jobs", "--db", db, "--create-db", "--smoke"]
-    argv += ["--only", "w1,w2,w3,w4,w6"]
+    argv += ["--only", "w1,w2,w3,w4,w6,w7"]
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.driver", *argv],
         cwd=ROOT,
@@ -59,6 +59,9 @@ def test_every_workload_runs_at_tiny_size_for_django_jobs() -> None:
     assert result["w4"]["jobs_s"] > 0
     assert result["w6"]["capacity_jobs_s"] > 0
     assert result["w6"]["windows"][0]["dead_tuples"]["django_jobs_job"] >= 0
+    for phase in ("clean", "pinned", "recovery"):
+        assert result["w7"][phase]["completed_s"] > 0
+        assert result["w7"][phase]["probes_not_started"] == 0
 
 
 def test_report_renders_a_table_from_a_run() -> None:
