@@ -29,12 +29,13 @@ from typing import Any
 
 from benchmarks.overload import RESULTS, run_workload, set_autovacuum
 from benchmarks.run import ROOT, ensure_venv, venv_python
-from benchmarks.workloads import PHASES
 
 Results = dict[str, dict[str, dict[str, list[dict[str, Any]]]]]
 
 
 def markdown(results: Results) -> str:
+    from benchmarks.workloads import PHASES  # psycopg: in benchmarks/.venv
+
     out = []
     for mode, pins in results.items():
         for pin, peers in pins.items():
