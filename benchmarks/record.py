@@ -21,7 +21,10 @@ CREATE_TABLE = (
     "(probe integer PRIMARY KEY, started double precision NOT NULL)"
 )
 
-_local = threading.local()
+# One connection per process, not per thread: a worker of 64 threads must not
+# open 64 connections for its probes (the server allows 100 in all).
+_lock = threading.Lock()
+_conns: dict[int, Any] = {}  # by pid: a forked child opens its own
 
 
 def _target() -> str:
@@ -31,19 +34,20 @@ def _target() -> str:
 def record_start(probe: int) -> None:
     started = time.time()
     target = _target()
-    conn: Any = getattr(_local, "conn", None)
-    if target.startswith("redis://"):
+    with _lock:
+        conn: Any = _conns.get(os.getpid())
+        if target.startswith("redis://"):
+            if conn is None:
+                import redis
+
+                conn = _conns[os.getpid()] = redis.Redis.from_url(target)
+            conn.hset(REDIS_KEY, str(probe), repr(started))
+            return
         if conn is None:
-            import redis
+            import psycopg
 
-            conn = _local.conn = redis.Redis.from_url(target)
-        conn.hset(REDIS_KEY, str(probe), repr(started))
-        return
-    if conn is None:
-        import psycopg
-
-        conn = _local.conn = psycopg.connect(target, autocommit=True)
-    conn.execute(f"INSERT INTO {TABLE} (probe, started) VALUES (%s, %s)", [probe, started])
+            conn = _conns[os.getpid()] = psycopg.connect(target, autocommit=True)
+        conn.execute(f"INSERT INTO {TABLE} (probe, started) VALUES (%s, %s)", [probe, started])
 
 
 def read_starts(target: str) -> dict[int, float]:
