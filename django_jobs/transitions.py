@@ -66,13 +66,13 @@ from .signals import send_on_commit, signal_listeners
 from .states import (
     IN_FLIGHT_STATES,
     TRANSITIONS,
-    VERBS,
     AttemptOutcome,
     JobState,
     Transition,
     allowed,
 )
 from .values import Claimed, Finished, Progress, Renewed, Report, WorkerIdentity
+from .verbs import VERBS
 from .wakeup import wake_on_commit
 
 logger = logging.getLogger("django_jobs.transitions")
@@ -1053,9 +1053,9 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
         )
         if job is None:
             raise JobNotFoundError(f"No job with id {job_id}.")
-        transition = next((t for t in VERBS[verb] if allowed(t, job.state)), None)
+        transition = next((t for t in VERBS[verb].transitions if allowed(t, job.state)), None)
         if transition is None:
-            states = sorted({str(s) for t in VERBS[verb] for s in TRANSITIONS[t].sources})
+            states = sorted(str(s) for s in VERBS[verb].source_states())
             raise InvalidTransitionError(
                 f"Cannot {verb} job {job_id}: it is {job.state}; {verb} applies only to "
                 f"jobs that are {', '.join(states)}."

@@ -29,7 +29,8 @@ from django_jobs.models import (
     QueueState,
     Worker,
 )
-from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState
+from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState
+from django_jobs.verbs import VERBS
 
 pytestmark = pytest.mark.postgres
 
@@ -390,7 +391,7 @@ def test_bulk__changes_the_jobs_it_applies_to_and_says_why_it_refused_the_rest(
 
 
 def _sources(verb: str) -> list[str]:
-    return sorted({str(s) for t in VERBS[verb] for s in TRANSITIONS[t].sources})
+    return sorted({str(s) for t in VERBS[verb].transitions for s in TRANSITIONS[t].sources})
 
 
 @pytest.mark.parametrize("verb", ["quarantine", "discard"])

@@ -36,7 +36,8 @@ from django.utils.translation import gettext_lazy, ngettext
 from .. import control
 from ..exceptions import InvalidTransitionError, JobNotFoundError
 from ..models import Job
-from ..states import TRANSITIONS, VERBS, JobState, allowed
+from ..states import TRANSITIONS, JobState, allowed
+from ..verbs import VERBS
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -57,17 +58,17 @@ class Verb:
 
     @property
     def needs_note(self) -> bool:
-        return self.name in control.NOTE_REQUIRED
+        return VERBS[self.name].needs_note
 
     @property
     def permission(self) -> str:
         return f"django_jobs.{self.name}_job"
 
     def applies_to(self, state: str) -> bool:
-        return any(allowed(t, state) for t in VERBS[self.name])
+        return any(allowed(t, state) for t in VERBS[self.name].transitions)
 
     def source_states(self) -> list[JobState]:
-        states = {s for t in VERBS[self.name] for s in TRANSITIONS[t].sources}
+        states = {s for t in VERBS[self.name].transitions for s in TRANSITIONS[t].sources}
         return [s for s in JobState if s in states]
 
 

@@ -18,10 +18,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from django_jobs.control import NOTE_REQUIRED
 from django_jobs.dependencies import waits_for
 from django_jobs.models import Attempt, Job, JobEvent, Worker
 from django_jobs.states import AttemptOutcome, JobState, django_status
+from django_jobs.verbs import VERBS
 
 NOTE_MAX_LENGTH = 2000
 
@@ -225,7 +225,7 @@ class NoteRequiredActionSerializer(serializers.Serializer[Any]):
 
 
 def action_serializer(verb: str) -> type[serializers.Serializer[Any]]:
-    return NoteRequiredActionSerializer if verb in NOTE_REQUIRED else ActionSerializer
+    return NoteRequiredActionSerializer if VERBS[verb].needs_note else ActionSerializer
 
 
 class ActionResultSerializer(serializers.Serializer[Any]):

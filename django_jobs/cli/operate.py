@@ -16,6 +16,7 @@ from django_jobs import control
 from django_jobs.backend import JobsBackend
 from django_jobs.exceptions import InvalidTransitionError, JobNotFoundError, OperatorRequestError
 from django_jobs.states import TRANSITIONS
+from django_jobs.verbs import VERBS
 
 from .base import AddSubcommand, default_actor, parse_ids
 
@@ -30,7 +31,7 @@ def add_job_verbs(add: AddSubcommand) -> None:
     ):
         sub = add(verb, text, apply_verb)
         sub.add_argument("ids", nargs="+", metavar="ID", help="Job ids (UUIDs).")
-        required = verb in control.NOTE_REQUIRED
+        required = VERBS[verb].needs_note
         sub.add_argument(
             "--note",
             required=required,
@@ -58,7 +59,7 @@ def apply_verb(command: BaseCommand, backend: JobsBackend, options: dict[str, An
     except CommandError as exc:
         raise CommandError(f"{exc} Nothing was changed.") from None
     note: str = options["note"]
-    if verb in control.NOTE_REQUIRED and not note.strip():
+    if VERBS[verb].needs_note and not note.strip():
         raise CommandError(f"{verb} needs --note saying why. Nothing was changed.")
     actor: str = options["actor"] or default_actor()
     refused = 0
