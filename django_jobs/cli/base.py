@@ -22,8 +22,14 @@ Handler = Callable[[BaseCommand, JobsBackend, dict[str, Any]], None]
 
 
 class AddSubcommand(Protocol):
-    def __call__(self, name: str, text: str, handler: Handler) -> CommandParser:
-        """Add subcommand ``name``, described by ``text`` and run by ``handler``."""
+    def __call__(
+        self, name: str, text: str, handler: Handler, *, details: str | None = None
+    ) -> CommandParser:
+        """Add subcommand ``name``, run by ``handler``.
+
+        ``text`` is its line in ``jobs --help``; ``details``, if longer, heads
+        its own ``--help``.
+        """
 
 
 def default_actor() -> str:

@@ -1,9 +1,11 @@
 """The operator verbs on jobs (``jobs cancel ID...`` ...) and on queues (``jobs pause QUEUE``).
 
-Each goes through ``django_jobs.control``, as the admin and the REST API do,
-with an actor (``--actor``, by default ``cli:<os user>``) for the audit trail.
-A bulk verb applies each id in its own transaction and exits 1 if any was
-refused (the others were still applied).
+The job verbs' subcommands are built from ``django_jobs.verbs.VERBS``: their
+help, and whether ``--note`` is required. Each goes through
+``django_jobs.control``, as the admin and the REST API do, with an actor
+(``--actor``, by default ``cli:<os user>``) for the audit trail. A job verb
+applies each id in its own transaction and exits 1 if any was refused (the
+others were still applied).
 """
 
 from __future__ import annotations
@@ -22,21 +24,17 @@ from .base import AddSubcommand, default_actor, parse_ids
 
 
 def add_job_verbs(add: AddSubcommand) -> None:
-    for verb, text in (
-        ("cancel", "Cancel jobs: queued at once, running cooperatively then by force."),
-        ("retry", "Queue failed, exhausted, cancelled, expired or quarantined jobs again."),
-        ("release", "Queue quarantined jobs again."),
-        ("quarantine", "Hold jobs so they never run until released (a note is required)."),
-        ("discard", "Accept the loss of jobs that will not succeed (a note is required)."),
-    ):
-        sub = add(verb, text, apply_verb)
+    """A subcommand per verb of ``VERBS``; ``--note`` is required where the verb needs one."""
+    for verb in VERBS.values():
+        # argparse formats plain strings: the lazy translations are rendered now.
+        sub = add(verb.name, str(verb.help), apply_verb, details=str(verb.description))
         sub.add_argument("ids", nargs="+", metavar="ID", help="Job ids (UUIDs).")
-        required = VERBS[verb].needs_note
         sub.add_argument(
             "--note",
-            required=required,
+            required=verb.needs_note,
             default="",
-            help="Why; kept in the job's audit trail" + (" (required)." if required else "."),
+            help="Why; kept in the job's audit trail"
+            + (" (required)." if verb.needs_note else "."),
         )
         sub.add_argument("--actor", help="Who acts, for the audit trail (default: cli:<os user>).")
 
@@ -53,19 +51,21 @@ def add_queue_verbs(add: AddSubcommand) -> None:
 
 
 def apply_verb(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -> None:
-    verb: str = options["subcommand"]
+    verb = VERBS[options["subcommand"]]
     try:
         ids = parse_ids(options["ids"])
     except CommandError as exc:
         raise CommandError(f"{exc} Nothing was changed.") from None
     note: str = options["note"]
-    if VERBS[verb].needs_note and not note.strip():
-        raise CommandError(f"{verb} needs --note saying why. Nothing was changed.")
+    if verb.needs_note and not note.strip():
+        raise CommandError(f"{verb.name} needs --note saying why. Nothing was changed.")
     actor: str = options["actor"] or default_actor()
     refused = 0
     for job_id in ids:
         try:
-            transition = control.apply(verb, job_id, actor=actor, note=note, backend=backend.alias)
+            transition = control.apply(
+                verb.name, job_id, actor=actor, note=note, backend=backend.alias
+            )
         except (InvalidTransitionError, JobNotFoundError) as exc:
             refused += 1
             command.stderr.write(f"{job_id}  refused: {exc}")
@@ -76,11 +76,11 @@ def apply_verb(command: BaseCommand, backend: JobsBackend, options: dict[str, An
             command.stdout.write(f"{job_id}  {target} ({transition})")
     if refused:
         raise CommandError(
-            f"{verb}: {refused} of {len(ids)} job(s) refused; {len(ids) - refused} changed.",
+            f"{verb.name}: {refused} of {len(ids)} job(s) refused; {len(ids) - refused} changed.",
             returncode=1,
         )
     if len(ids) > 1:
-        command.stdout.write(f"{verb}: all {len(ids)} jobs changed.")
+        command.stdout.write(f"{verb.name}: all {len(ids)} jobs changed.")
 
 
 def pause(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -> None:

@@ -35,8 +35,12 @@ class Command(BaseCommand):
             dest="subcommand", required=True, metavar="SUBCOMMAND", title="subcommands"
         )
 
-        def add(name: str, text: str, handler: Handler) -> CommandParser:
-            sub: CommandParser = subcommands.add_parser(name, help=text, description=text)
+        def add(
+            name: str, text: str, handler: Handler, *, details: str | None = None
+        ) -> CommandParser:
+            sub: CommandParser = subcommands.add_parser(
+                name, help=text, description=details or text
+            )
             sub.add_argument(
                 "--backend",
                 default="default",
