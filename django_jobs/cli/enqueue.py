@@ -76,8 +76,10 @@ def enqueue(command: BaseCommand, backend: JobsBackend, options: dict[str, Any])
             f"Unknown task {name!r}: it is not registered with django_jobs.{hint} "
             f"Registered tasks: {', '.join(known) or 'none'}."
         )
-    # The registry only holds tasks our backend built, so they are JobTasks.
-    assert isinstance(task, JobTask), f"{name} is registered but is not a JobTask"
+    # The registry only holds tasks our backend built; checked, not asserted,
+    # so that it holds under python -O too.
+    if not isinstance(task, JobTask):
+        raise CommandError(f"{name} is registered, but not by a django-jobs backend.")
     using: dict[str, Any] = {
         "backend": backend.alias,
         "initiator": options["actor"] or default_actor(),
