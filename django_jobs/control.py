@@ -6,18 +6,10 @@ does not apply to the job's current state raises ``InvalidTransitionError``
 and changes nothing; one that applies writes an audit record (who, when, why)
 kept with the job, and sends its signal after commit.
 
-What each verb does, by state (the table in ``states.TRANSITIONS`` is the truth):
-
-* ``cancel`` — a queued job is cancelled at once; a running job becomes
-  ``cancelling``: its task sees ``context.cancelled``, and a task that ignores
-  it is stopped by force after ``CANCEL_GRACE_SECONDS``.
-* ``retry`` — a failed, exhausted, cancelled, expired or quarantined job is
-  queued again with a fresh attempt budget (the ``max_attempts`` it was
-  enqueued with).
-* ``quarantine`` — hold a queued or unsuccessful job; it never runs until
-  released. A reason is required.
-* ``release`` — a quarantined job is queued again, with at least one attempt left.
-* ``discard`` — accept the loss of a job that will not succeed; a note is required.
+The verbs are declared in ``django_jobs.verbs`` (``VERBS``): what each does,
+the transitions it may take (``states.TRANSITIONS`` is the truth about
+states) and whether it needs a note. ``apply`` takes any of them by name;
+``cancel``, ``retry``, ... are the same call, typed.
 
 Queues have two verbs of their own, ``pause_queue`` and ``resume_queue``,
 recorded in ``QueueEvent``.
@@ -40,11 +32,10 @@ from .exceptions import (
     UnknownVerbError,
 )
 from .models import Job, QueueState
-from .states import VERBS, Transition
+from .states import Transition
+from .verbs import VERBS
 
 JobRef = Job | uuid.UUID | str
-
-NOTE_REQUIRED = frozenset({"quarantine", "discard"})
 
 
 @dataclass(slots=True)
@@ -82,7 +73,7 @@ def _checked_note(verb: str, note: str) -> str:
     if verb not in VERBS:
         raise UnknownVerbError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
     note = note.strip()
-    if verb in NOTE_REQUIRED and not note:
+    if VERBS[verb].needs_note and not note:
         raise NoteRequiredError(f"{verb} needs a note saying why.")
     return note
 
@@ -128,6 +119,11 @@ def apply_many(
         else:
             result.changed.append(job_id)
     return result
+
+
+# Typed shorthands for ``apply``, documented as public API. ``note`` has no
+# default where the verb needs one (VERBS[...].needs_note), so a type checker
+# asks for it too.
 
 
 def cancel(job: JobRef, *, actor: Any, note: str = "", backend: str = "default") -> Transition:

@@ -120,7 +120,7 @@ class ActorRequiredError(OperatorRequestError):
 
 
 class UnknownVerbError(OperatorRequestError):
-    """Not one of the operator verbs (``states.VERBS``)."""
+    """Not one of the operator verbs (``verbs.VERBS``)."""
 
 
 class NoteRequiredError(OperatorRequestError):

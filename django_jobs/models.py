@@ -17,6 +17,7 @@ from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
 from .states import AttemptOutcome, JobState
+from .verbs import VERBS
 
 
 class Job(models.Model):
@@ -137,13 +138,8 @@ class Job(models.Model):
                 name="django_jobs_deadline_idx",
             ),
         ]
-        permissions = [
-            ("cancel_job", "Can cancel jobs"),
-            ("retry_job", "Can retry jobs"),
-            ("quarantine_job", "Can quarantine jobs"),
-            ("release_job", "Can release quarantined jobs"),
-            ("discard_job", "Can discard jobs"),
-        ]
+        # One per operator verb, as declared in VERBS (a new verb brings its migration).
+        permissions = [(verb.codename, verb.permission_name) for verb in VERBS.values()]
         constraints = [
             models.UniqueConstraint(
                 fields=["dedup_scope", "idempotency_key"],

@@ -122,15 +122,6 @@ TRANSITIONS: dict[Transition, Rule] = {
     Transition.DISCARD: Rule(UNSUCCESSFUL | {_S.WAITING, _S.QUEUED, _S.QUARANTINED}, _S.DISCARDED),
 }
 
-# The operator verbs and the transitions each may take, tried in order.
-VERBS: dict[str, tuple[Transition, ...]] = {
-    "cancel": (Transition.CANCEL, Transition.REQUEST_CANCEL),
-    "retry": (Transition.RETRY,),
-    "quarantine": (Transition.QUARANTINE,),
-    "release": (Transition.RELEASE,),
-    "discard": (Transition.DISCARD,),
-}
-
 
 def allowed(transition: Transition, state: JobState | str) -> bool:
     return JobState(state) in TRANSITIONS[transition].sources

@@ -29,7 +29,8 @@ from django_jobs.models import (
     QueueState,
     Worker,
 )
-from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState
+from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState
+from django_jobs.verbs import VERBS
 
 pytestmark = pytest.mark.postgres
 
@@ -383,14 +384,14 @@ def test_bulk__changes_the_jobs_it_applies_to_and_says_why_it_refused_the_rest(
 
     assert (state(good), state(bad)) == (target, wrong)
     assert texts(response) == [
-        f"1 job {actions.ADMIN_VERBS[verb].done}.",
+        f"1 job {VERBS[verb].done}.",
         f"1 job refused: Cannot {verb} job {bad.pk}: it is {wrong}; {verb} applies only to "
         f"jobs that are {', '.join(s for s in _sources(verb))}.",
     ]
 
 
 def _sources(verb: str) -> list[str]:
-    return sorted({str(s) for t in VERBS[verb] for s in TRANSITIONS[t].sources})
+    return sorted({str(s) for t in VERBS[verb].transitions for s in TRANSITIONS[t].sources})
 
 
 @pytest.mark.parametrize("verb", ["quarantine", "discard"])
@@ -416,7 +417,7 @@ def test_bulk__quarantine_and_discard_apply_with_the_reason_from_the_confirmatio
     response = confirm_bulk(admin_client, verb, [job], note="customer asked")
 
     assert state(job) == target
-    assert texts(response) == [f"1 job {actions.ADMIN_VERBS[verb].done}."]
+    assert texts(response) == [f"1 job {VERBS[verb].done}."]
     event = JobEvent.objects.get(job=job)
     assert (event.actor, event.note) == ("admin", "customer asked")
 
@@ -498,7 +499,7 @@ def test_button__applies_its_verb_to_the_job_and_says_the_new_state(
     response = admin_client.post(button_url(job, verb), {"note": "by hand"}, follow=True)
 
     assert state(job) == target
-    assert texts(response) == [f"Job {actions.ADMIN_VERBS[verb].done}: it is now {target.label}."]
+    assert texts(response) == [f"Job {VERBS[verb].done}: it is now {target.label}."]
     assert response.redirect_chain == [
         (reverse("admin:django_jobs_job_change", args=[job.pk]), 302)
     ]

@@ -23,8 +23,9 @@ from django_jobs.engine.base import Engine
 from django_jobs.exceptions import InvalidTransitionError
 from django_jobs.models import Attempt, Dependency, FairClock, Job, JobEvent, Lease, Worker
 from django_jobs.retry import Decision, Verdict
-from django_jobs.states import TRANSITIONS, VERBS, AttemptOutcome, JobState, Transition
+from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState, Transition
 from django_jobs.values import Report, WorkerIdentity
+from django_jobs.verbs import VERBS
 
 # Every test runs on both engines: what one engine does, the other must do.
 ENGINES = [
@@ -163,7 +164,7 @@ def test_operate__applies_each_verb_only_where_the_table_allows(
     alias: str, verb: str, state: JobState
 ) -> None:
     job = make_job(alias, state, attempts=1)
-    allowed_here = [t for t in VERBS[verb] if state in TRANSITIONS[t].sources]
+    allowed_here = [t for t in VERBS[verb].transitions if state in TRANSITIONS[t].sources]
     if allowed_here:
         taken = engine_for(alias).operate(job.id, verb, "ops", "walk")
         job.refresh_from_db()
@@ -362,7 +363,7 @@ LEASED = frozenset({JobState.RUNNING, JobState.CANCELLING})
 EVENTS: dict[str, tuple[Any, frozenset[JobState]]] = {
     **{
         f"verb {verb}": (_verb(verb), frozenset().union(*(TRANSITIONS[t].sources for t in ts)))
-        for verb, ts in VERBS.items()
+        for verb, ts in ((name, verb.transitions) for name, verb in VERBS.items())
     },
     **{f"report {t}": (_report(t), LEASED) for t in WORKER_REPORTS},
     "reap": (_reap, LEASED),

@@ -5,10 +5,14 @@ admin never writes a job row itself, so a click races a worker (or another
 operator) exactly as safely as the CLI or the API does: one side wins the
 compare-and-set, the other is told why it was refused.
 
-Each verb needs its own permission (``django_jobs.retry_job`` …), checked by
-Django for the bulk actions and by ``verb_view`` for the buttons; a user
-without it is not offered the action at all. Quarantine and discard need a
-reason, asked for on a confirmation page before anything changes.
+Everything here is built from ``django_jobs.verbs.VERBS``: one bulk action
+and one button per verb, with its label, help and past participle. Each
+verb needs its own permission (``django_jobs.retry_job`` …), checked by
+``may``: for the bulk actions through the ``has_<verb>_permission`` methods
+Django asks (``with_verb_permissions``), for the buttons by ``verb_view``; a
+user without it is not offered the action at all. Verbs that need a note
+(quarantine, discard) ask for the reason on a confirmation page before
+anything changes.
 
 A bulk action takes at most ``BULK_LIMIT`` jobs, each verb in its own short
 transaction: a web request is the wrong place to walk a million rows ("select
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -36,11 +39,10 @@ from django.utils.translation import gettext_lazy, ngettext
 from .. import control
 from ..exceptions import InvalidTransitionError, JobNotFoundError
 from ..models import Job
-from ..states import TRANSITIONS, VERBS, JobState, allowed
+from ..states import TRANSITIONS
+from ..verbs import VERBS, Verb
 
 if TYPE_CHECKING:
-    from django_stubs_ext import StrOrPromise
-
     from .jobs import JobAdmin
 
 BULK_LIMIT = 1000
@@ -48,46 +50,35 @@ BULK_LIMIT = 1000
 REASONS_SHOWN = 10
 
 
-@dataclass(frozen=True, slots=True)
-class Verb:
-    name: str
-    label: StrOrPromise
-    done: str  # past participle for messages: "retried"
-    help: StrOrPromise
-
-    @property
-    def needs_note(self) -> bool:
-        return self.name in control.NOTE_REQUIRED
-
-    @property
-    def permission(self) -> str:
-        return f"django_jobs.{self.name}_job"
-
-    def applies_to(self, state: str) -> bool:
-        return any(allowed(t, state) for t in VERBS[self.name])
-
-    def source_states(self) -> list[JobState]:
-        states = {s for t in VERBS[self.name] for s in TRANSITIONS[t].sources}
-        return [s for s in JobState if s in states]
-
-
-_L = gettext_lazy
-ADMIN_VERBS: dict[str, Verb] = {
-    verb.name: verb
-    for verb in (
-        Verb("retry", _L("Retry"), "retried", _L("Queue it again with a fresh attempt budget.")),
-        Verb("cancel", _L("Cancel"), "cancelled", _L("Cancel now, or ask a running job to stop.")),
-        Verb("quarantine", _L("Quarantine"), "quarantined", _L("Hold it until released.")),
-        Verb("release", _L("Release"), "released", _L("Queue a quarantined job again.")),
-        Verb("discard", _L("Discard"), "discarded", _L("Accept the loss: it will not run.")),
-    )
-}
-assert set(ADMIN_VERBS) == set(VERBS), "every operator verb has its admin action"
+def may(request: HttpRequest, verb: Verb) -> bool:
+    """Whether the user holds the verb's permission: the one check of every admin path."""
+    return request.user.has_perm(verb.permission)
 
 
 def user_verbs(request: HttpRequest) -> list[Verb]:
-    """The verbs this user holds the permission for, in display order."""
-    return [verb for verb in ADMIN_VERBS.values() if request.user.has_perm(verb.permission)]
+    """The verbs this user holds the permission for, in ``VERBS``' order."""
+    return [verb for verb in VERBS.values() if may(request, verb)]
+
+
+def with_verb_permissions[AdminClass: type](cls: AdminClass) -> AdminClass:
+    """Give the admin a ``has_<verb>_permission`` per verb, all asking ``may``.
+
+    Django offers a bulk action only to users for whom the admin's
+    ``has_<name>_permission(request)`` is true, for a ``<name>`` in the action's
+    ``allowed_permissions`` (each bulk action names its verb). The methods are
+    built from ``VERBS``, so a verb cannot lack its check.
+    """
+    for verb in VERBS.values():
+        setattr(cls, f"has_{verb.name}_permission", _permission_check(verb))
+    return cls
+
+
+def _permission_check(verb: Verb) -> Callable[[admin.ModelAdmin[Job], HttpRequest], bool]:
+    def check(model_admin: admin.ModelAdmin[Job], request: HttpRequest) -> bool:
+        return may(request, verb)
+
+    check.__name__ = check.__qualname__ = f"has_{verb.name}_permission"
+    return check
 
 
 def report(request: HttpRequest, verb: Verb, result: control.BulkResult) -> None:
@@ -182,21 +173,21 @@ def _bulk(
         return None
 
     action.__name__ = f"{verb.name}_jobs"
-    description = format_lazy(_L("{} selected jobs"), verb.label)
+    description = format_lazy(gettext_lazy("{} selected jobs"), verb.label)
     return admin.action(permissions=[verb.name], description=description)(action)
 
 
-BULK_ACTIONS = [_bulk(verb) for verb in ADMIN_VERBS.values()]
+BULK_ACTIONS = [_bulk(verb) for verb in VERBS.values()]
 
 
 def verb_view(
     model_admin: JobAdmin, request: HttpRequest, object_id: uuid.UUID, verb_name: str
 ) -> HttpResponse:
     """A button on the job page: GET shows the confirmation, POST acts."""
-    verb = ADMIN_VERBS.get(verb_name)
+    verb = VERBS.get(verb_name)
     if verb is None:
         raise Http404(f"No verb {verb_name!r}.")
-    if not request.user.has_perm(verb.permission):
+    if not may(request, verb):
         raise PermissionDenied
     job = Job.objects.only("id", "task_name", "state").filter(id=object_id).first()
     if job is None:

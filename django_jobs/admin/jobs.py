@@ -165,6 +165,7 @@ DEPENDENCIES_SHOWN = 20
 
 
 @admin.register(Job)
+@actions.with_verb_permissions
 class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "short_id",
@@ -253,22 +254,6 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     class Media:
         css = {"all": ("django_jobs/admin.css",)}
-
-    # One has_<verb>_permission per operator verb, which Django's actions consult.
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_jobs.retry_job")
-
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_jobs.cancel_job")
-
-    def has_quarantine_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_jobs.quarantine_job")
-
-    def has_release_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_jobs.release_job")
-
-    def has_discard_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_jobs.discard_job")
 
     # -- list -----------------------------------------------------------------
 

@@ -6,8 +6,9 @@ three questions and never decide by themselves:
 * ``has_permission(request, action)`` — may this request use the endpoint at all?
   ``False`` answers 401/403 (DRF picks which from the authentication classes).
 * ``filter_jobs(request, action, queryset)`` — the jobs this request may see
-  (``Action.VIEW``) or act on (a verb). A job outside every such set answers
-  **404**, never 403, so that a job's existence does not leak across tenants.
+  (``Action.VIEW``) or act on (a verb, by its name in ``django_jobs.verbs.VERBS``:
+  ``"cancel"`` ...). A job outside every such set answers **404**, never 403,
+  so that a job's existence does not leak across tenants.
 * ``has_job_permission(request, action, job)`` — may it take this action on a job
   it can see? ``False`` answers 403: the job is visible, so saying so leaks nothing.
 
@@ -15,8 +16,8 @@ Name another policy with ``DJANGO_JOBS_API["AUTHORITY_POLICY"]`` (a subclass of
 ``Authority``; subclass ``DefaultAuthority`` to adjust one rule). The default:
 
 * staff users holding the matching Django permission (``django_jobs.view_job``
-  to read, ``django_jobs.cancel_job`` ... ``discard_job`` to act,
-  ``django_jobs.view_worker`` for the worker list) see and act on every job;
+  to read, each verb's own — ``django_jobs.cancel_job`` ... ``discard_job`` — to
+  act, ``django_jobs.view_worker`` for the worker list) see and act on every job;
 * the operator actions — the worker list, and pausing or resuming a queue
   (``django_jobs.pause_queue``, the admin dashboard's permission) — are for
   those staff users only: a queue serves every tenant, so no tenant scope
@@ -39,6 +40,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from django_jobs.models import Job
+from django_jobs.verbs import VERBS
 
 from .conf import api_settings
 
@@ -47,14 +49,14 @@ if TYPE_CHECKING:
 
 
 class Action(StrEnum):
-    """What a request wants to do; the verbs are ``django_jobs.control``'s."""
+    """What a request wants to do, when it is not a verb.
+
+    A verb is named as in ``django_jobs.verbs.VERBS`` (``"cancel"``, ``"retry"``
+    ...), so the policy's ``action`` is one of these or a verb's name; both
+    are strings, and a policy compares them as such.
+    """
 
     VIEW = "view"
-    CANCEL = "cancel"
-    RETRY = "retry"
-    QUARANTINE = "quarantine"
-    RELEASE = "release"
-    DISCARD = "discard"
     # The worker list shows hosts and pids: operational detail, not a tenant's business.
     VIEW_WORKERS = "view_workers"
     # Pausing a queue stops it for every tenant, so no tenant may do it.
@@ -63,8 +65,8 @@ class Action(StrEnum):
 
 #: Actions on the whole system rather than on jobs: no tenant scope grants them.
 OPERATOR_ACTIONS = frozenset({Action.VIEW_WORKERS, Action.PAUSE_QUEUE})
-JOB_ACTIONS = frozenset(set(Action) - OPERATOR_ACTIONS)
-VERBS = (Action.CANCEL, Action.RETRY, Action.QUARANTINE, Action.RELEASE, Action.DISCARD)
+#: Actions on a job: reading it, and every verb.
+JOB_ACTIONS: frozenset[str] = frozenset({Action.VIEW, *VERBS})
 
 
 def no_tenants(user: Any) -> Iterable[str]:
@@ -99,15 +101,13 @@ def tenants_of(request: Request) -> frozenset[str]:
 class Authority:
     """The policy interface, denying everything; subclass it to grant."""
 
-    def has_permission(self, request: Request, action: Action) -> bool:
+    def has_permission(self, request: Request, action: str) -> bool:
         return False
 
-    def filter_jobs(
-        self, request: Request, action: Action, queryset: QuerySet[Job]
-    ) -> QuerySet[Job]:
+    def filter_jobs(self, request: Request, action: str, queryset: QuerySet[Job]) -> QuerySet[Job]:
         return queryset.none()
 
-    def has_job_permission(self, request: Request, action: Action, job: Job) -> bool:
+    def has_job_permission(self, request: Request, action: str, job: Job) -> bool:
         return False
 
 
@@ -115,22 +115,18 @@ class DefaultAuthority(Authority):
     """Staff with the Django permission: everything; anyone else: their tenants' jobs."""
 
     #: The Django permission that makes a staff user an operator for each action.
-    permissions: dict[Action, str] = {
+    permissions: dict[str, str] = {
         Action.VIEW: "django_jobs.view_job",
-        Action.CANCEL: "django_jobs.cancel_job",
-        Action.RETRY: "django_jobs.retry_job",
-        Action.QUARANTINE: "django_jobs.quarantine_job",
-        Action.RELEASE: "django_jobs.release_job",
-        Action.DISCARD: "django_jobs.discard_job",
+        **{name: verb.permission for name, verb in VERBS.items()},
         Action.VIEW_WORKERS: "django_jobs.view_worker",
         Action.PAUSE_QUEUE: "django_jobs.pause_queue",
     }
     #: What a user may do to the jobs of their own tenants. Narrow it in a
-    #: subclass, e.g. ``frozenset({Action.VIEW, Action.CANCEL})``, to keep
+    #: subclass, e.g. ``frozenset({Action.VIEW, "cancel"})``, to keep
     #: quarantine and discard for operators.
-    tenant_actions: frozenset[Action] = JOB_ACTIONS
+    tenant_actions: frozenset[str] = JOB_ACTIONS
 
-    def is_operator(self, request: Request, action: Action) -> bool:
+    def is_operator(self, request: Request, action: str) -> bool:
         user = request.user
         return bool(
             user is not None
@@ -140,19 +136,17 @@ class DefaultAuthority(Authority):
             and user.has_perm(self.permissions[action])
         )
 
-    def tenants(self, request: Request, action: Action) -> frozenset[str]:
+    def tenants(self, request: Request, action: str) -> frozenset[str]:
         if action not in self.tenant_actions:
             return frozenset()
         return tenants_of(request)
 
-    def has_permission(self, request: Request, action: Action) -> bool:
+    def has_permission(self, request: Request, action: str) -> bool:
         if action in OPERATOR_ACTIONS:
             return self.is_operator(request, action)
         return bool(request.user is not None and request.user.is_authenticated)
 
-    def filter_jobs(
-        self, request: Request, action: Action, queryset: QuerySet[Job]
-    ) -> QuerySet[Job]:
+    def filter_jobs(self, request: Request, action: str, queryset: QuerySet[Job]) -> QuerySet[Job]:
         if self.is_operator(request, action):
             return queryset
         tenants = self.tenants(request, action)
@@ -160,7 +154,7 @@ class DefaultAuthority(Authority):
             return queryset.none()
         return queryset.filter(tenant__in=sorted(tenants))
 
-    def has_job_permission(self, request: Request, action: Action, job: Job) -> bool:
+    def has_job_permission(self, request: Request, action: str, job: Job) -> bool:
         return self.is_operator(request, action) or job.tenant in self.tenants(request, action)
 
 
@@ -168,5 +162,5 @@ class AuthorityPermission(BasePermission):
     """DRF's gate, asking the configured policy; views name their action in ``authority_action``."""
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        action: Action = getattr(view, "authority_action", Action.VIEW)
+        action: str = getattr(view, "authority_action", Action.VIEW)
         return api_settings().authority.has_permission(request, action)

@@ -18,10 +18,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from django_jobs.control import NOTE_REQUIRED
 from django_jobs.dependencies import waits_for
 from django_jobs.models import Attempt, Job, JobEvent, Worker
 from django_jobs.states import AttemptOutcome, JobState, django_status
+from django_jobs.verbs import Verb
 
 NOTE_MAX_LENGTH = 2000
 
@@ -224,8 +224,9 @@ class NoteRequiredActionSerializer(serializers.Serializer[Any]):
         return value
 
 
-def action_serializer(verb: str) -> type[serializers.Serializer[Any]]:
-    return NoteRequiredActionSerializer if verb in NOTE_REQUIRED else ActionSerializer
+def action_serializer(verb: Verb) -> type[serializers.Serializer[Any]]:
+    """A verb's request body: its ``note`` is required if the verb needs one."""
+    return NoteRequiredActionSerializer if verb.needs_note else ActionSerializer
 
 
 class ActionResultSerializer(serializers.Serializer[Any]):

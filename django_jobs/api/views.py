@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from django.utils.text import format_lazy
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, viewsets
@@ -36,12 +37,13 @@ from django_jobs.models import (
 )
 from django_jobs.states import TRANSITIONS, JobState, django_status
 from django_jobs.statistics import queue_stats
+from django_jobs.verbs import VERBS, Verb
 
 from . import refusals
 from .conf import api_settings
 from .filters import JobFilter, JobFilterBackend, KnownParametersFilter, StrictOrderingFilter
 from .pagination import StrictCursorPagination
-from .permissions import VERBS, Action, AuthorityPermission
+from .permissions import Action, AuthorityPermission
 from .serializers import (
     ActionResultSerializer,
     ErrorSerializer,
@@ -78,26 +80,26 @@ def _jobs() -> QuerySet[Job]:
     return Job.objects.using(api_settings().database).all()
 
 
-def _verb_view(verb: Action) -> Any:
+def _verb_view(verb: Verb) -> Any:
     """One POST endpoint per verb, each with its own request schema (a note or not)."""
 
     def act(self: JobViewSet, request: Request, pk: str | None = None) -> Response:
         return self.apply_verb(verb, request)
 
     # DRF routes an action by its function's name, so it must be the verb's.
-    act.__name__ = act.__qualname__ = verb.value
+    act.__name__ = act.__qualname__ = verb.name
     routed = action(
         detail=True,
         methods=["post"],
-        url_path=verb.value,
-        url_name=verb.value,
+        url_path=verb.name,
+        url_name=verb.name,
         schema=AutoSchema(),
     )(act)
     return extend_schema(
-        operation_id=f"jobs_{verb}",
+        operation_id=f"jobs_{verb.name}",
         tags=["jobs"],
-        summary=f"{verb.capitalize()} a job",
-        description=_VERB_HELP[verb],
+        summary=format_lazy("{} a job", verb.label),
+        description=verb.description,
         request=action_serializer(verb),
         responses={
             200: ActionResultSerializer,
@@ -111,18 +113,14 @@ def _verb_view(verb: Action) -> Any:
     )(routed)
 
 
-_VERB_HELP = {
-    Action.CANCEL: "A queued job is cancelled at once; a running one becomes `cancelling` "
-    "and is stopped cooperatively, then by force after the grace period.",
-    Action.RETRY: "A failed, exhausted, cancelled, expired or quarantined job is queued "
-    "again with a fresh attempt budget.",
-    Action.QUARANTINE: "Hold a queued or unsuccessful job: it never runs until released. "
-    "A note is required.",
-    Action.RELEASE: "Queue a quarantined job again, with at least one attempt left.",
-    Action.DISCARD: "Accept the loss of a job that will not succeed. A note is required.",
-}
+def with_verb_actions[ViewSet: type](cls: ViewSet) -> ViewSet:
+    """Give the view set one action per verb of ``VERBS``, where DRF's router finds it."""
+    for verb in VERBS.values():
+        setattr(cls, verb.name, _verb_view(verb))
+    return cls
 
 
+@with_verb_actions
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Job]):
     """Jobs the user may see, and the operator verbs on them."""
 
@@ -135,12 +133,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     pagination_class = StrictCursorPagination
     # Job ids are UUIDs; anything else in the URL is not a job (404 by routing).
     lookup_value_regex = UUID_PATTERN
-
-    cancel = _verb_view(Action.CANCEL)
-    retry = _verb_view(Action.RETRY)
-    quarantine = _verb_view(Action.QUARANTINE)
-    release = _verb_view(Action.RELEASE)
-    discard = _verb_view(Action.DISCARD)
 
     @extend_schema(
         operation_id="jobs_list",
@@ -163,14 +155,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return super().retrieve(request, *args, **kwargs)
 
     @property
-    def authority_action(self) -> Action:
-        return Action(self.action) if self.action in VERBS else Action.VIEW
+    def authority_action(self) -> str:
+        """The verb this request applies, by name; reading otherwise."""
+        return self.action if self.action in VERBS else Action.VIEW
 
     def get_serializer_class(self) -> Any:
         if self.action == "retrieve":
             return JobDetailSerializer
         if self.action in VERBS:
-            return action_serializer(self.action)
+            return action_serializer(VERBS[self.action])
         return JobSerializer
 
     def get_queryset(self) -> QuerySet[Job]:
@@ -188,30 +181,30 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return queryset
         return super().filter_queryset(queryset)
 
-    def apply_verb(self, verb: Action, request: Request) -> Response:
+    def apply_verb(self, verb: Verb, request: Request) -> Response:
         """Find the job in the user's scope (else 404), check the verb (else 403), apply it."""
         settings = api_settings()
         authority = settings.authority
         # Visible for reading or for this verb: either way, its existence is no secret.
         scope = authority.filter_jobs(request, Action.VIEW, _jobs()) | authority.filter_jobs(
-            request, verb, _jobs()
+            request, verb.name, _jobs()
         )
         job = get_object_or_404(scope.only("id", "tenant", "state"), pk=self.kwargs["pk"])
-        if not authority.has_job_permission(request, verb, job):
-            self.permission_denied(request, message=f"You may not {verb} this job.")
+        if not authority.has_job_permission(request, verb.name, job):
+            self.permission_denied(request, message=f"You may not {verb.name} this job.")
         serializer = action_serializer(verb)(data=request.data)
         serializer.is_valid(raise_exception=True)
         note: str = serializer.validated_data["note"]
         try:
             transition = control.apply(
-                verb, job, actor=request.user, note=note, backend=settings.backend
+                verb.name, job, actor=request.user, note=note, backend=settings.backend
             )
         except refusals.REFUSED as exc:
             return refusals.answer(exc)
         state = TRANSITIONS[transition].target
         body = {
             "id": job.id,
-            "verb": verb.value,
+            "verb": verb.name,
             "transition": transition.value,
             "state": state.value,
             "status": str(django_status(state)),

@@ -18,7 +18,8 @@ from django.utils import timezone
 from ..exceptions import InvalidTransitionError, JobNotFoundError, LockedRowChangedError
 from ..models import Dependency, Job, JobEvent, QueueEvent, QueueState
 from ..signals import send_on_commit
-from ..states import TRANSITIONS, VERBS, JobState, Transition, allowed
+from ..states import JobState, Transition, allowed
+from ..verbs import VERBS
 from .guards import sources, target
 from .wakeups import wake_on_commit
 
@@ -40,9 +41,9 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
         )
         if job is None:
             raise JobNotFoundError(f"No job with id {job_id}.")
-        transition = next((t for t in VERBS[verb] if allowed(t, job.state)), None)
+        transition = next((t for t in VERBS[verb].transitions if allowed(t, job.state)), None)
         if transition is None:
-            states = sorted({str(s) for t in VERBS[verb] for s in TRANSITIONS[t].sources})
+            states = sorted(str(s) for s in VERBS[verb].source_states())
             raise InvalidTransitionError(
                 f"Cannot {verb} job {job_id}: it is {job.state}; {verb} applies only to "
                 f"jobs that are {', '.join(states)}."

@@ -1,0 +1,68 @@
+"""``jobs prune``: delete finished jobs older than the retention period, in batches."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from django_jobs import retention
+from django_jobs.backend import JobsBackend
+
+from . import render
+from .arguments import positive_float, positive_int
+from .base import AddSubcommand
+
+
+def add_prune(add: AddSubcommand) -> None:
+    sub = add("prune", "Delete finished jobs older than the retention period, in batches.", prune)
+    sub.add_argument(
+        "--older-than",
+        type=positive_float,
+        metavar="DAYS",
+        help="Delete jobs finished more than this many days ago "
+        "(default: the backend's RETENTION_DAYS).",
+    )
+    sub.add_argument(
+        "--include-held",
+        action="store_true",
+        help="Also delete exhausted and quarantined jobs (held for an operator).",
+    )
+    sub.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=retention.DEFAULT_BATCH_SIZE,
+        help=f"Jobs deleted per transaction (default: {retention.DEFAULT_BATCH_SIZE}).",
+    )
+    sub.add_argument(
+        "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+    )
+
+
+def prune(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -> None:
+    days: float = options["older_than"] or backend.settings.RETENTION_DAYS
+    budgets = backend.settings.RETRY_BUDGET.values()
+    # A retry window longer than a day is still being counted after a day.
+    keep_windows = max([retention.RETRY_WINDOW_KEEP, *(timedelta(seconds=w) for _, w in budgets)])
+    result = retention.prune(
+        backend.db,
+        older_than=timedelta(days=days),
+        include_held=options["include_held"],
+        batch_size=options["batch_size"],
+        dry_run=options["dry_run"],
+        keep_retry_windows=keep_windows,
+    )
+    by_state = ", ".join(f"{s} {n}" for s, n in sorted(result.jobs_by_state.items()))
+    verb = "Would delete" if result.dry_run else "Deleted"
+    held = "" if options["include_held"] else " (exhausted and quarantined kept)"
+    command.stdout.write(
+        f"{verb} {result.jobs} job(s) finished before {render.when(result.cutoff)}"
+        f"{held}" + (f": {by_state}" if by_state else "") + "."
+    )
+    batches = "" if result.dry_run else f" in {result.batches} batch(es)"
+    command.stdout.write(
+        f"{verb} with them {result.attempts} attempt(s) and {result.events} audit "
+        f"event(s){batches}; also {result.retry_windows} retry window(s), "
+        f"{result.rate_windows} rate window(s) and {result.workers} worker row(s)."
+    )
