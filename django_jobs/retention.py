@@ -18,6 +18,9 @@ What it deletes, and why it is shaped this way:
   their dates; nor a finished job that a ``waiting`` job still waits for.
 * ``RetryWindow`` and ``RateWindow`` rows whose window started more than ``keep_retry_windows``
   ago (a day by default): the retry budget only reads the current window.
+* Fair-queue clocks (``FairClock``) not moved since the cutoff: a tenant
+  that received nothing for that long starts level with the others when it
+  comes back, with or without its old clock.
 * ``Worker`` rows that stopped before the cutoff, and rows of workers that
   never said they stopped (killed with SIGKILL, host lost) whose last
   heartbeat is before the cutoff: nobody alive owns them.
@@ -45,7 +48,16 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from .models import Attempt, Dependency, Job, JobEvent, RateWindow, RetryWindow, Worker
+from .models import (
+    Attempt,
+    Dependency,
+    FairClock,
+    Job,
+    JobEvent,
+    RateWindow,
+    RetryWindow,
+    Worker,
+)
 from .states import FINISHED_STATES, JobState
 
 # Finished, but waiting for an operator: kept unless asked.
@@ -70,6 +82,7 @@ class PruneResult:
     batches: int = 0
     retry_windows: int = 0
     rate_windows: int = 0
+    fair_clocks: int = 0
     workers: int = 0
 
 
@@ -125,6 +138,7 @@ def prune(
     passes = _candidates(db, cutoff, include_held)
     windows = RetryWindow.objects.using(db).filter(window_start__lt=now - keep_retry_windows)
     rate_windows = RateWindow.objects.using(db).filter(window_start__lt=now - keep_retry_windows)
+    clocks = FairClock.objects.using(db).filter(updated_at__lt=cutoff)
     workers = Worker.objects.using(db).filter(
         Q(stopped_at__lt=cutoff) | Q(stopped_at__isnull=True, heartbeat_at__lt=cutoff)
     )
@@ -138,6 +152,7 @@ def prune(
         result.jobs = result.jobs_by_state.total()
         result.retry_windows = windows.count()
         result.rate_windows = rate_windows.count()
+        result.fair_clocks = clocks.count()
         result.workers = workers.count()
         return result
     for candidates in passes:
@@ -146,6 +161,7 @@ def prune(
     result.jobs = result.jobs_by_state.total()
     result.retry_windows = windows.delete()[0]
     result.rate_windows = rate_windows.delete()[0]
+    result.fair_clocks = clocks.delete()[0]
     result.workers = workers.delete()[0]
     return result
 

@@ -8,7 +8,16 @@ import pytest
 from django.utils import timezone
 
 from django_jobs import retention
-from django_jobs.models import Attempt, Dependency, Job, JobEvent, RateWindow, RetryWindow, Worker
+from django_jobs.models import (
+    Attempt,
+    Dependency,
+    FairClock,
+    Job,
+    JobEvent,
+    RateWindow,
+    RetryWindow,
+    Worker,
+)
 from django_jobs.states import AttemptOutcome, JobState
 
 pytestmark = pytest.mark.postgres
@@ -220,6 +229,20 @@ def test_prune__deletes_rate_windows_that_started_more_than_a_day_ago(pg: None) 
     assert (result.rate_windows, list(RateWindow.objects.values_list("id", flat=True))) == (
         1,
         [current.id],
+    )
+
+
+def test_prune__deletes_fair_clocks_of_tenants_served_nothing_since_the_cutoff(pg: None) -> None:
+    now = timezone.now()
+    values = {"start": 1.0, "finish": 2.0, "claims": 2, "weight": 1.0}
+    FairClock.objects.create(queue="q", tenant="gone", updated_at=now - WEEK * 2, **values)
+    served = FairClock.objects.create(queue="q", tenant="busy", updated_at=now, **values)
+
+    result = retention.prune(DB, older_than=WEEK)
+
+    assert (result.fair_clocks, list(FairClock.objects.values_list("id", flat=True))) == (
+        1,
+        [served.id],
     )
 
 

@@ -64,5 +64,6 @@ def prune(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -
     command.stdout.write(
         f"{verb} with them {result.attempts} attempt(s) and {result.events} audit "
         f"event(s){batches}; also {result.retry_windows} retry window(s), "
-        f"{result.rate_windows} rate window(s) and {result.workers} worker row(s)."
+        f"{result.rate_windows} rate window(s), {result.fair_clocks} fair-queue clock(s) "
+        f"and {result.workers} worker row(s)."
     )
