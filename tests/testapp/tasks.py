@@ -142,6 +142,15 @@ def crashes_its_worker() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@task(max_attempts=3)
+def exits(code: int) -> None:
+    """End the process at once, as a crash in C would: no exception, no report.
+
+    Only ever run isolated: in a job thread it would end the worker (or the test).
+    """
+    os._exit(code)
+
+
 @task(takes_context=True)
 def reports_progress(context: JobContext, steps: int) -> str:
     for step in range(1, steps + 1):
