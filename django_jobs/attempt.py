@@ -1,9 +1,10 @@
 """The live side of one running attempt, shared by its task thread and the worker.
 
 The task reads cancellation and reports progress through its context; the
-worker's heartbeat writes progress (so a chatty task costs one write per
-heartbeat, not one per call) and sets the cancel flag when the job turns
-``cancelling``; the main loop stops the thread when its time is up.
+worker's lifeline (its heartbeat) writes progress (so a chatty task costs one
+write per heartbeat, not one per call) and sets the cancel flag when the job
+turns ``cancelling``; the watchdog stops the thread, or kills an isolated
+attempt's child, when its time is up.
 """
 
 from __future__ import annotations

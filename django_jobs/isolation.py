@@ -8,8 +8,10 @@ it again — and their attempts would be lost too. So a suspect runs in a fresh
 child process. If the child dies, only that attempt is lost, and the worker,
 still alive, records exactly that.
 
-This module imports no models at the top: the child imports it before Django
-is set up.
+The child imports this module before Django is set up, so it imports no
+models at the top; that is also why it is not inside ``django_jobs.worker``,
+whose package imports the whole worker. The child runs the attempt with the
+same ``TaskRunner`` as a job thread and sends its ``Report`` back.
 """
 
 from __future__ import annotations
@@ -17,17 +19,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import uuid
+from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .values import Claimed, Report
-    from .worker import WorkerConfig
 
 
-def _child(
-    config: dict[str, Any], worker_id: Any, claimed: dict[str, Any], pipe: Connection
-) -> None:
+def _child(backend: str, worker_id: uuid.UUID, claimed: dict[str, Any], pipe: Connection) -> None:
     import django
 
     django.setup()
@@ -35,33 +37,36 @@ def _child(
 
     from . import registry
     from .attempt import AttemptControl
-    from .exceptions import JobStopped
+    from .backend import jobs_backend
     from .values import Claimed
-    from .worker import Running, Worker, WorkerConfig
+    from .worker.runner import TaskRunner
 
-    worker = Worker(WorkerConfig(**config), worker_id)
-    registry.discover(worker.settings.TASK_MODULES)
+    jobs = jobs_backend(backend)
+    registry.discover(jobs.settings.TASK_MODULES)
     attempt = Claimed(**claimed)
-    item = Running(attempt, AttemptControl(attempt.timeout))
-    try:
-        report = worker._run_task(item)
-    except JobStopped as exc:
-        report = worker._stopped_report(item, exc)
+    report = TaskRunner(jobs, worker_id).run(attempt, AttemptControl(attempt.timeout))
     pipe.send(report)
     pipe.close()
     connections.close_all()
 
 
 def run_isolated(
-    config: WorkerConfig, worker_id: Any, claimed: Claimed, on_start: Any
+    backend: str,
+    worker_id: uuid.UUID,
+    claimed: Claimed,
+    on_start: Callable[[BaseProcess], None],
 ) -> Report | int:
-    """Run the attempt in a child; return its report, or the child's exit code if it died."""
+    """Run the attempt in a child; return its report, or the child's exit code if it died.
+
+    ``on_start`` gets the child as soon as it runs, so that a timeout or a
+    forced cancel can kill it.
+    """
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(
         target=_child,
         # Plain data only: unpickling our classes would import models before setup.
-        args=(dataclasses.asdict(config), worker_id, dataclasses.asdict(claimed), sender),
+        args=(backend, worker_id, dataclasses.asdict(claimed), sender),
         name=f"django-jobs-isolated-{claimed.job_id}",
         daemon=True,
     )

@@ -1,10 +1,12 @@
 """The values that travel between the worker's parts and the engine.
 
 A claim hands the producer ``Claimed`` attempts; the executor turns each into
-a ``Report``; the completer hands reports to the engine and gets ``Finished``
-back; the lifeline renews leases and learns what was ``Renewed``. They are
-plain frozen data so that every part can be tested without the others, and so
-that an isolated child can send a report through a pipe.
+an ``Outcome`` (a ``Report``, or ``ChildDied`` when an isolated attempt's
+process ended without one); the completer hands outcomes to the engine and
+gets ``Finished`` back; the lifeline renews leases and learns what was
+``Renewed``. They are plain frozen data so that every part can be tested
+without the others, and so that an isolated child can send a report through a
+pipe.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class Report:
     job_id: uuid.UUID
     token: int
     attempt_id: int
-    outcome: AttemptOutcome  # SUCCEEDED, FAILED or TIMED_OUT
+    outcome: AttemptOutcome  # SUCCEEDED, FAILED, TIMED_OUT or CANCELLED
     result: Any = None
     error_type: str = ""
     error_message: str = ""
@@ -72,6 +74,31 @@ class Report:
             "error_message": self.error_message[:2000],
             "reported_at": timezone.now().isoformat(),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ChildDied:
+    """An isolated attempt's process ended without a report, and nobody stopped it.
+
+    Only the attempt is lost: what it did before it died is unknown, so it
+    is not a failure the retry policy could judge, and the job runs again
+    (or is quarantined as poison).
+    """
+
+    job_id: uuid.UUID
+    token: int
+    attempt_id: int
+    exit_code: int  # negative: killed by that signal
+
+    @property
+    def reason(self) -> str:
+        code = self.exit_code
+        how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+        return f"isolated attempt's process died ({how})"
+
+
+# How one attempt ended, as its executor saw it.
+Outcome = Report | ChildDied
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +12,10 @@ from django.tasks import TaskResultStatus
 from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState
-from django_jobs.models import Job
+from django_jobs.backend import jobs_backend
+from django_jobs.models import Job, Worker
+from django_jobs.values import WorkerIdentity
+from tests.conftest import WorkerProcess, wait_until
 from tests.testapp import tasks
 from tests.testapp.models import Ledger
 
@@ -135,3 +139,26 @@ def test_worker__stores_a_json_object_result(pg: None, run_burst: Burst) -> None
     run_burst()
     result.refresh()
     assert result.return_value == {"order": "A-1", "lines": [1, 2, 3], "paid": True}
+
+
+def test_worker__a_suspect_past_its_timeout_has_its_child_killed_not_its_worker(
+    pg: None, start_workers: Callable[..., WorkerProcess]
+) -> None:
+    stuck = tasks.hangs_twice.enqueue(60.0)
+    after = tasks.add.using(priority=-1).enqueue(1, 2)
+    # Its first attempt is lost with a worker that died: the next one is a suspect.
+    engine = jobs_backend("fast").engine
+    dead = WorkerIdentity(uuid.uuid4(), "dead:1")
+    engine.register_worker(dead, "fast", "elsewhere", 1, ["default"], 1)
+    assert [c.job_id for c in engine.claim(dead, ["default"], 1)] == [uuid.UUID(stuck.id)]
+    engine.release_worker(dead.id, "worker process 1 died (killed by signal 9)")
+    start_workers("--backend", "fast", "--concurrency", "1")
+    wait_until(lambda: Job.objects.get(id=after.id).state == JobState.SUCCEEDED, timeout=30)
+    stuck.refresh()
+    assert [a.outcome for a in stuck.attempt_log] == [
+        AttemptOutcome.LOST,
+        AttemptOutcome.TIMED_OUT,
+    ]
+    assert stuck.attempt_log[1].error_message == "the attempt outlived its timeout of 0.5s"
+    assert stuck.state == JobState.EXHAUSTED
+    assert Worker.objects.count() == 2  # the dead one, and ours: never replaced

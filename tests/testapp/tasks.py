@@ -136,10 +136,25 @@ def blocked_past_timeout() -> None:
     time.sleep(60)  # a blocking C call: the stop exception cannot land until it returns
 
 
+@task(timeout=0.5, max_attempts=2)
+def hangs_twice(seconds: float) -> None:
+    """Like blocked_past_timeout, with an attempt to spare for a lost one before it."""
+    time.sleep(seconds)
+
+
 @task(max_attempts=10)
 def crashes_its_worker() -> None:
     """Poison: every attempt takes the worker process down with it."""
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task(max_attempts=3)
+def exits(code: int) -> None:
+    """End the process at once, as a crash in C would: no exception, no report.
+
+    Only ever run isolated: in a job thread it would end the worker (or the test).
+    """
+    os._exit(code)
 
 
 @task(takes_context=True)

@@ -1,0 +1,172 @@
+"""Writing how attempts ended: every outcome becomes exactly one engine call, in batches.
+
+Reports (succeeded, failed, timed out, cancelled) go to ``Engine.finish`` all
+at once; a dead isolated child becomes ``Engine.release_lease``, its attempt
+``lost``. The batch shares one transaction with the producer's next claim:
+one commit (one WAL flush) per cycle instead of two.
+
+If the database is unavailable nothing is lost: the outcomes stay in memory
+and the next cycle tries again. If that takes longer than the lease, the
+reaper re-runs the job and our late report is kept on the attempt, not
+applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import queue
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, transaction
+from django.tasks.base import TaskError
+from django.tasks.signals import task_finished
+from django.utils import timezone
+
+from ..states import JobState, django_status
+from ..values import ChildDied, Finished, Outcome, Report
+from .faults import Faults
+from .running import Key, Running
+
+if TYPE_CHECKING:
+    from django.tasks.backends.base import BaseTaskBackend
+
+    from ..engine.base import Engine
+    from ..results import JobResult
+
+logger = logging.getLogger("django_jobs.worker")
+
+
+def _key(outcome: Outcome) -> Key:
+    return (outcome.job_id, outcome.token)
+
+
+class Completer:
+    def __init__(
+        self,
+        engine: Engine,
+        worker_id: uuid.UUID,
+        running: Running,
+        faults: Faults,
+        sender: type[BaseTaskBackend],
+        on_retry: Callable[[float], None],
+    ) -> None:
+        self.engine = engine
+        self.worker_id = worker_id
+        self.running = running
+        self.faults = faults
+        self.sender = sender  # the backend class, as Django's task signals name it
+        self.on_retry = on_retry  # told when a retry this worker scheduled is due
+        self.jobs_done = 0
+        self._inbox: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._pending: list[Outcome] = []
+        # Reports of attempts whose thread would not stop: written just before
+        # this process exits, so the job cannot run elsewhere while it still runs here.
+        self._held: list[Report] = []
+
+    def submit(self, outcome: Outcome) -> None:
+        """Take an outcome from a job thread; the next ``collect`` picks it up."""
+        self._inbox.put(outcome)
+
+    def collect(self) -> None:
+        """Move submitted outcomes to the batch; those of abandoned attempts are held already."""
+        while True:
+            try:
+                outcome = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if not self.running.is_abandoned(_key(outcome)):
+                self._pending.append(outcome)
+
+    @property
+    def pending(self) -> int:
+        """Outcomes collected and not written yet: their slots are free once they are."""
+        return len(self._pending)
+
+    def hold(self, report: Report) -> None:
+        self._held.append(report)
+
+    def write[T](self, then: Callable[[], T], otherwise: T) -> T:
+        """Write the collected outcomes and run ``then`` in the same transaction.
+
+        With nothing to write, ``then`` (the claim) runs alone and needs no
+        transaction of ours: in autocommit it is one round trip instead of
+        three (BEGIN, claim, COMMIT), which is most of an idle worker's
+        pickup latency. On a database fault, ``otherwise`` is returned and
+        every outcome stays for the next try.
+        """
+        batch = list(self._pending)
+        reports = [outcome for outcome in batch if isinstance(outcome, Report)]
+        deaths = [outcome for outcome in batch if isinstance(outcome, ChildDied)]
+        self.running.writing(_key(outcome) for outcome in batch)
+        scope = transaction.atomic(using=self.engine.db) if batch else contextlib.nullcontext()
+        try:
+            with scope:
+                done = self.engine.finish(self.worker_id, reports) if reports else Finished()
+                for death in deaths:
+                    self.engine.release_lease(
+                        self.worker_id, death.job_id, death.token, death.reason
+                    )
+                got = then()
+        except DatabaseError as exc:
+            self.faults.fault("report and claim", exc)
+            return otherwise
+        self._pending = self._pending[len(batch) :]
+        self._written(batch, reports, done)
+        return got
+
+    def write_held(self) -> None:
+        """Write the reports of abandoned attempts, as the process is about to exit."""
+        if not self._held:
+            return
+        reports = list(self._held)
+        self.faults.retry(lambda: self.engine.finish(self.worker_id, reports), tries=10)
+        self.running.end(_key(report) for report in reports)
+
+    def _written(self, batch: list[Outcome], reports: list[Report], done: Finished) -> None:
+        ended = self.running.end(_key(outcome) for outcome in batch)
+        self.jobs_done += len(reports)
+        for report in done.stale:
+            logger.warning(
+                "Late report for job %s attempt %d (%s) ignored: the lease was lost; "
+                "kept on the attempt.",
+                report.job_id,
+                report.token,
+                report.outcome,
+            )
+        for report, state in done.applied:
+            if state is JobState.QUEUED and report.decision is not None:
+                self.on_retry(time.monotonic() + report.decision.delay)
+            attempt = ended.get(_key(report))
+            if attempt is not None:
+                self._send_finished(report, state, attempt.control.result)
+
+    def _send_finished(self, report: Report, state: JobState, started: JobResult | None) -> None:
+        """Django's task_finished, from what this worker knows: no extra query per job.
+
+        ``errors`` holds this attempt's error only; ``get_result()`` has them all.
+        An isolated attempt sent task_started in its child, so there is no
+        ``started`` result here and no task_finished either.
+        """
+        if started is None or not task_finished.has_listeners(self.sender):
+            return
+        errors = []
+        if report.error_type:
+            errors.append(
+                TaskError(exception_class_path=report.error_type, traceback=report.traceback)
+            )
+        result = dataclasses.replace(
+            started,
+            status=django_status(state),
+            state=state,
+            finished_at=timezone.now(),
+            errors=errors,
+            last_error=report.error_message,
+        )
+        if state is JobState.SUCCEEDED:
+            object.__setattr__(result, "_return_value", report.result)
+        task_finished.send(self.sender, task_result=result)

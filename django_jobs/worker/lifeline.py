@@ -1,0 +1,91 @@
+"""The heartbeat thread: keeping this worker's leases, and recovering those of dead workers.
+
+Every ``HEARTBEAT_SECONDS`` it renews the leases of the running attempts (also
+those whose outcome waits to be written: the job is still ours), writes the
+progress tasks set since the last beat (one write per beat, however chatty the
+task), hands cancel requests to the attempts, and notices leases the database
+no longer has. Every ``REAP_SECONDS`` it reaps expired leases of dead workers
+and expires queued jobs past their deadline. It runs on a thread and a
+connection of its own so that a long claim or a slow batch of outcomes never
+delays a renewal past the lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+import uuid
+
+from django.db import DatabaseError, connections
+
+from ..conf import JobsOptions
+from ..engine.base import Engine
+from .running import Key, Running
+
+logger = logging.getLogger("django_jobs.worker")
+
+
+class Lifeline(threading.Thread):
+    def __init__(
+        self,
+        engine: Engine,
+        worker_id: uuid.UUID,
+        running: Running,
+        settings: JobsOptions,
+        stopping: threading.Event,
+        hurry: threading.Event,
+    ) -> None:
+        super().__init__(name="django-jobs-heartbeat", daemon=True)
+        self.engine = engine
+        self.worker_id = worker_id
+        self.running = running
+        self.settings = settings
+        self.stopping = stopping
+        self.hurry = hurry
+        # Reapers of many workers start at random moments, not all at once.
+        self.next_reap = time.monotonic() + random.random() * settings.REAP_SECONDS
+
+    @property
+    def lost_leases(self) -> set[Key]:
+        """Running attempts whose lease was lost; each leaves this set when it ends."""
+        return self.running.lost_leases()
+
+    def run(self) -> None:
+        while not self.hurry.wait(self.settings.HEARTBEAT_SECONDS):
+            if self.stopping.is_set() and not len(self.running):
+                break
+            try:
+                self.beat()
+            except DatabaseError as exc:
+                logger.warning("Heartbeat failed (%s); retrying.", exc)
+                with contextlib.suppress(DatabaseError):
+                    connections[self.engine.db].close()
+        connections.close_all()
+
+    def beat(self) -> None:
+        """One heartbeat: renew, write progress, deliver cancels, note losses; reap if due."""
+        running = self.running.snapshot()
+        progress = {
+            key: value
+            for key, attempt in running.items()
+            if (value := attempt.control.take_progress()) is not None
+        }
+        renewed = self.engine.renew(self.worker_id, running, progress)
+        for key in renewed.cancelling:
+            if key in running:
+                running[key].control.request_cancel()
+        for key in sorted(self.running.lose(renewed.lost)):
+            logger.warning("Lease on job %s attempt %d was lost; its outcome will not count.", *key)
+        if time.monotonic() >= self.next_reap:
+            self.next_reap = time.monotonic() + self.settings.REAP_SECONDS
+            self.reap()
+
+    def reap(self) -> None:
+        """Recover the expired leases of dead workers; expire jobs past their deadline."""
+        reaped = self.engine.reap()
+        self.engine.expire_overdue()
+        if reaped:
+            logger.warning("Reaped %d expired lease(s).", reaped)

@@ -1,0 +1,185 @@
+"""The claim loop: fill free slots, sleep until there may be work, stop in good order.
+
+It runs on the worker's main thread. Each cycle it collects the outcomes of
+ended attempts, has the watchdog stop what is due, claims up to the free
+slots (in the completer's transaction, so outcomes and claim commit once) and
+hands each claimed attempt to the executor. Idle, it sleeps until a NOTIFY
+(the listener), a job thread's outcome, the next retry this worker scheduled
+(no NOTIFY announces it), the next stop the watchdog must make, or the poll
+interval, whichever comes first.
+
+It also decides when the process ends: ``--burst`` with nothing left to do,
+``--max-jobs`` / ``--max-memory`` reached, a thread the watchdog gave up on,
+or a stop signal; and then it lets running attempts finish for up to
+``SHUTDOWN_GRACE_SECONDS`` before releasing the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from django.db import DatabaseError
+
+from ..conf import JobsOptions
+from ..engine.base import Engine
+from ..values import Claimed, WorkerIdentity
+from .completer import Completer
+from .config import WorkerConfig
+from .executor import Executor
+from .faults import Faults
+from .running import Running
+from .watchdog import Watchdog
+
+logger = logging.getLogger("django_jobs.worker")
+
+# A worker exits with this to be replaced at once, also under --burst: it hit
+# --max-jobs/--max-memory, or had to abandon a thread that would not stop.
+RECYCLE_EXIT_CODE = 75
+
+
+def rss_mb() -> float:
+    """Resident memory of this process, from /proc (Linux) or the peak otherwise."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Producer:
+    def __init__(
+        self,
+        *,
+        config: WorkerConfig,
+        queues: tuple[str, ...],
+        engine: Engine,
+        identity: WorkerIdentity,
+        settings: JobsOptions,
+        running: Running,
+        executor: Executor,
+        completer: Completer,
+        watchdog: Watchdog,
+        faults: Faults,
+        stopping: threading.Event,
+        hurry: threading.Event,
+        wake: threading.Event,
+    ) -> None:
+        self.config = config
+        self.queues = queues  # the config's, or every queue of the backend
+        self.engine = engine
+        self.identity = identity
+        self.settings = settings
+        self.running = running
+        self.executor = executor
+        self.completer = completer
+        self.watchdog = watchdog
+        self.faults = faults
+        self.stopping = stopping  # stop claiming, drain, exit
+        self.hurry = hurry  # skip the rest of the grace period
+        self.wake = wake
+        # When the soonest retry this worker scheduled becomes due.
+        self.next_due: float | None = None
+        self.exit_code = 0
+
+    def retry_scheduled(self, due: float) -> None:
+        """The completer wrote a retry due at ``due`` (monotonic): wake up for it."""
+        self.next_due = min(due, self.next_due or due)
+
+    def run(self) -> int:
+        """Claim and hand out attempts until the process should end; its exit code."""
+        while True:
+            self._tend()
+            if self.stopping.is_set():
+                return self._drain()
+            # Slots whose outcome is about to be written count as free: the
+            # outcomes and the next claim share one transaction (one commit).
+            free = self.config.concurrency - len(self.running) + self.completer.pending
+            got = self._write_and_claim(free)
+            for claimed in got:
+                attempt = self.running.start(claimed)
+                self.executor.start(claimed, attempt.control)
+            if self.config.burst and not got and not len(self.running) and self._idle():
+                return self.exit_code
+            if got and len(got) == min(free, self.settings.CLAIM_BATCH) and len(got) < free:
+                continue  # a full batch and room for more: claim again at once
+            self.wake.wait(self._idle_wait())
+            self.wake.clear()
+
+    def _tend(self) -> None:
+        """Take in ended attempts, stop overdue ones, and decide whether to recycle."""
+        self.completer.collect()
+        for report in self.watchdog.check():
+            self.completer.hold(report)
+            self._recycle()
+        if self._should_recycle():
+            self._recycle()
+
+    def _drain(self) -> int:
+        """No more claims: write outcomes as attempts end, for up to the grace period."""
+        deadline = time.monotonic() + self.settings.SHUTDOWN_GRACE_SECONDS
+        while True:
+            self._write_and_claim(0)
+            if self.running.only_abandoned() and not self.completer.pending:
+                self.completer.write_held()
+                return self.exit_code
+            if self.hurry.is_set() or time.monotonic() >= deadline:
+                self.completer.write_held()
+                self._release_all("worker shut down before the job finished")
+                return self.exit_code
+            self.wake.wait(0.1)
+            self.wake.clear()
+            self._tend()
+
+    def _write_and_claim(self, free: int) -> list[Claimed]:
+        limit = min(free, self.settings.CLAIM_BATCH) if free > 0 else 0
+        if not self.completer.pending and not limit:
+            return []
+
+        def claim() -> list[Claimed]:
+            return self.engine.claim(self.identity, self.queues, limit) if limit else []
+
+        return self.completer.write(claim, otherwise=[])
+
+    def _idle_wait(self) -> float:
+        wait = self.settings.POLL_SECONDS
+        now = time.monotonic()
+        if self.next_due is not None:
+            wait = min(wait, max(0.0, self.next_due - now))
+            if self.next_due <= now:
+                self.next_due = None
+        moment = self.watchdog.next_check()
+        if moment is not None:
+            wait = min(wait, max(0.01, moment - now))
+        return wait
+
+    def _idle(self) -> bool:
+        try:
+            return self.engine.idle(self.queues)
+        except DatabaseError as exc:
+            self.faults.fault("idle check", exc)
+            return False
+
+    def _should_recycle(self) -> bool:
+        max_jobs, max_memory_mb = self.config.max_jobs, self.config.max_memory_mb
+        if max_jobs is not None and self.completer.jobs_done >= max_jobs:
+            return True
+        return max_memory_mb is not None and rss_mb() > max_memory_mb
+
+    def _recycle(self) -> None:
+        """Stop claiming, finish like on SIGTERM, and exit to be replaced at once."""
+        self.exit_code = RECYCLE_EXIT_CODE
+        self.stopping.set()
+
+    def _release_all(self, reason: str) -> None:
+        released = self.faults.retry(
+            lambda: self.engine.release_worker(self.identity.id, reason), tries=5
+        )
+        if released:
+            logger.warning("Released %d running job(s): %s", released, reason)
+        self.running.clear()

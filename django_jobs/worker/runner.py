@@ -1,0 +1,168 @@
+"""Calling one attempt's task in this process and judging how it ended.
+
+Both a worker's job thread and an isolated child run an attempt through
+``TaskRunner``, so the two judge a return value, an exception or a stop the
+same way. It writes nothing: the verdict is a ``Report`` for the completer.
+It lives apart from the executor because the isolated child imports it, and
+the executor imports the isolation.
+"""
+
+from __future__ import annotations
+
+import traceback as tb
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from django.tasks.signals import task_started
+
+from .. import registry
+from ..attempt import AttemptControl
+from ..exceptions import (
+    JobCancelled,
+    JobStopped,
+    JobTimedOut,
+    ResultNotJSONError,
+    ResultTooLargeError,
+    UnknownTaskError,
+)
+from ..payload import check_result
+from ..results import JobResult
+from ..retry import Decision, Verdict
+from ..states import AttemptOutcome, JobState, django_status
+from ..tasks import JobContext
+from ..values import Claimed, Report
+
+if TYPE_CHECKING:
+    from django.tasks import Task
+
+    from ..backend import JobsBackend
+
+
+class TaskRunner:
+    """Runs attempts for one backend, on behalf of one worker."""
+
+    def __init__(self, backend: JobsBackend, worker_id: uuid.UUID) -> None:
+        self.backend = backend
+        self.settings = backend.settings
+        self.worker_id = worker_id
+
+    def run(self, claimed: Claimed, control: AttemptControl) -> Report:
+        """Call the task here; a stop that lands in our own code is judged as a stop."""
+        try:
+            return self._call(claimed, control)
+        except JobStopped as exc:
+            return self.stopped(claimed, control, exc)
+
+    def _call(self, claimed: Claimed, control: AttemptControl) -> Report:
+        task = registry.get(claimed.task_name)
+        if task is None:
+            error = UnknownTaskError(
+                f"No task named {claimed.task_name!r} is registered in this worker; "
+                "it was not imported or run."
+            )
+            return _failure(claimed, AttemptOutcome.FAILED, error, Decision(Verdict.GIVE_UP))
+        result = self._running_result(task, claimed)
+        control.result = result
+        task_started.send(type(self.backend), task_result=result)
+        try:
+            control.begin()
+            if task.takes_context:
+                context = JobContext(
+                    task_result=result,
+                    job_id=claimed.job_id,
+                    attempt_number=claimed.token,
+                    max_attempts=claimed.max_attempts,
+                    tenant=claimed.tenant,
+                    idempotency_key=claimed.idempotency_key,
+                    control=control,
+                )
+                value = task.call(context, *claimed.args, **claimed.kwargs)
+            else:
+                value = task.call(*claimed.args, **claimed.kwargs)
+            control.end()
+            check_result(value, self.settings.MAX_RESULT_BYTES)
+        except JobStopped as exc:
+            control.end()
+            return self.stopped(claimed, control, exc)
+        except BaseException as exc:  # SystemExit too: in a job thread it ends the job, not us
+            control.end()
+            policy = self.backend.retry_policy(task, claimed.max_attempts)
+            decision = (
+                Decision(Verdict.GIVE_UP)
+                if isinstance(exc, ResultNotJSONError | ResultTooLargeError)
+                else policy.decide(exc, claimed.token)
+            )
+            return _failure(claimed, AttemptOutcome.FAILED, exc, decision, control)
+        return Report(
+            job_id=claimed.job_id,
+            token=claimed.token,
+            attempt_id=claimed.attempt_id,
+            outcome=AttemptOutcome.SUCCEEDED,
+            result=value,
+            progress=control.take_progress(),
+        )
+
+    def stopped(self, claimed: Claimed, control: AttemptControl, exc: JobStopped) -> Report:
+        """How an attempt that was stopped (timeout or cancel) is recorded."""
+        if isinstance(exc, JobTimedOut):
+            seconds = claimed.timeout or 0.0
+            if not exc.args:
+                exc = JobTimedOut(f"the attempt outlived its timeout of {seconds:g}s")
+            task = registry.get(claimed.task_name)
+            policy = self.backend.retry_policy(task, claimed.max_attempts)
+            # For retry_on / give_up_on, a timeout counts as a TimeoutError.
+            decision = policy.decide(TimeoutError(str(exc)), claimed.token)
+            return _failure(claimed, AttemptOutcome.TIMED_OUT, exc, decision, control)
+        if not exc.args:
+            grace = self.settings.CANCEL_GRACE_SECONDS
+            exc = JobCancelled(
+                f"the job was cancelled and did not stop within {grace:g}s; stopped by "
+                "force. The effect of the work done so far is unknown."
+            )
+        return _failure(claimed, AttemptOutcome.CANCELLED, exc, Decision(Verdict.GIVE_UP), control)
+
+    def _running_result(self, task: Task[Any, Any], claimed: Claimed) -> JobResult:
+        """The result Django's task_started is sent with, from the claim: no query."""
+        return JobResult(
+            task=task,
+            id=str(claimed.job_id),
+            status=django_status(JobState.RUNNING),
+            enqueued_at=claimed.enqueued_at,
+            started_at=claimed.started_at,
+            finished_at=None,
+            last_attempted_at=claimed.started_at,
+            args=claimed.args,
+            kwargs=claimed.kwargs,
+            backend=self.backend.alias,
+            errors=[],
+            worker_ids=[str(self.worker_id)] * claimed.token,
+            state=JobState.RUNNING,
+            queue=claimed.queue,
+            priority=claimed.priority,
+            tenant=claimed.tenant,
+            idempotency_key=claimed.idempotency_key,
+            max_attempts=claimed.max_attempts,
+            run_after=claimed.started_at,
+            last_error="",
+        )
+
+
+def _failure(
+    claimed: Claimed,
+    outcome: AttemptOutcome,
+    exc: BaseException,
+    decision: Decision,
+    control: AttemptControl | None = None,
+) -> Report:
+    kind = type(exc)
+    return Report(
+        job_id=claimed.job_id,
+        token=claimed.token,
+        attempt_id=claimed.attempt_id,
+        outcome=outcome,
+        error_type=f"{kind.__module__}.{kind.__qualname__}",
+        error_message=str(exc),
+        traceback="".join(tb.format_exception(exc)),
+        decision=decision,
+        progress=control.take_progress() if control is not None else None,
+    )

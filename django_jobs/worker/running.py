@@ -1,0 +1,118 @@
+"""The attempts one worker process runs, behind one lock.
+
+Every part reads or changes them: the producer adds what it claimed and
+counts free slots, the completer ends what it wrote, the lifeline renews
+their leases and marks those it lost, the watchdog gives up on threads that
+will not stop. Each attempt's flags live on its own entry, so they leave with
+it: nothing about an attempt outlives the attempt.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..attempt import AttemptControl
+from ..values import Claimed
+
+Key = tuple[uuid.UUID, int]  # (job id, lease token): one attempt
+
+
+@dataclass(slots=True)
+class RunningAttempt:
+    """One claimed attempt, from its claim until its outcome is written."""
+
+    claimed: Claimed
+    control: AttemptControl
+    # Its outcome is being written: its lease vanishes on purpose, not lost.
+    writing: bool = False
+    # The lifeline found its lease gone: whatever it reports will not count.
+    lease_lost: bool = False
+    # Its thread would not stop: its report is held until the process exits.
+    abandoned: bool = False
+
+    @property
+    def key(self) -> Key:
+        return (self.claimed.job_id, self.claimed.token)
+
+
+class Running:
+    """The running attempts by key; the flags change only under the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._attempts: dict[Key, RunningAttempt] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._attempts)
+
+    def start(self, claimed: Claimed) -> RunningAttempt:
+        attempt = RunningAttempt(claimed, AttemptControl(claimed.timeout))
+        with self._lock:
+            self._attempts[attempt.key] = attempt
+        return attempt
+
+    def snapshot(self) -> dict[Key, RunningAttempt]:
+        """The attempts now, to read without holding the lock."""
+        with self._lock:
+            return dict(self._attempts)
+
+    def writing(self, keys: Iterable[Key]) -> None:
+        with self._lock:
+            for key in keys:
+                if (attempt := self._attempts.get(key)) is not None:
+                    attempt.writing = True
+
+    def end(self, keys: Iterable[Key]) -> dict[Key, RunningAttempt]:
+        """Forget attempts whose outcome is written; return those that were here."""
+        with self._lock:
+            return {
+                key: attempt
+                for key in keys
+                if (attempt := self._attempts.pop(key, None)) is not None
+            }
+
+    def clear(self) -> None:
+        with self._lock:
+            self._attempts.clear()
+
+    def lose(self, keys: Iterable[Key]) -> set[Key]:
+        """Mark leases the database no longer has; return the ones not known lost before.
+
+        A lease that vanished because its outcome is being written is not lost.
+        """
+        newly: set[Key] = set()
+        with self._lock:
+            for key in keys:
+                attempt = self._attempts.get(key)
+                if attempt is None or attempt.writing or attempt.lease_lost:
+                    continue
+                attempt.lease_lost = True
+                newly.add(key)
+        return newly
+
+    def lost_leases(self) -> set[Key]:
+        with self._lock:
+            return {key for key, attempt in self._attempts.items() if attempt.lease_lost}
+
+    def abandon(self, key: Key) -> bool:
+        """Give up on an attempt's thread; False if it ended or was given up on already."""
+        with self._lock:
+            attempt = self._attempts.get(key)
+            if attempt is None or attempt.abandoned:
+                return False
+            attempt.abandoned = True
+            return True
+
+    def is_abandoned(self, key: Key) -> bool:
+        with self._lock:
+            attempt = self._attempts.get(key)
+            return attempt is not None and attempt.abandoned
+
+    def only_abandoned(self) -> bool:
+        """Every attempt left is one given up on (or none is left)."""
+        with self._lock:
+            return all(attempt.abandoned for attempt in self._attempts.values())

@@ -1,0 +1,247 @@
+"""The completer: each outcome becomes exactly one engine call, and none is lost to a fault.
+
+Real PostgreSQL throughout; the jobs are enqueued and claimed through the
+engine, the dead child is a real spawned process, and the database fault is
+the server terminating the completer's connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connections
+
+from django_jobs import AttemptOutcome, JobState, control
+from django_jobs.backend import jobs_backend
+from django_jobs.engine.postgres import PostgresEngine
+from django_jobs.models import Attempt, Job, Lease
+from django_jobs.retry import Decision, Verdict
+from django_jobs.values import ChildDied, Claimed, Finished, Outcome, Report, WorkerIdentity
+from django_jobs.worker.completer import Completer
+from django_jobs.worker.executor import Executor
+from django_jobs.worker.faults import Faults
+from django_jobs.worker.running import Running
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.postgres
+
+Key = tuple[uuid.UUID, int]
+
+
+class RecordingEngine(PostgresEngine):
+    """The real PostgreSQL engine, noting which attempts each completing call was given."""
+
+    def __init__(self) -> None:
+        real = jobs_backend("default").engine
+        super().__init__(real.db, real.options)
+        self.calls: list[tuple[str, list[Key]]] = []
+
+    def finish(self, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished:
+        self.calls.append(("finish", [(r.job_id, r.token) for r in reports]))
+        return super().finish(worker_id, reports)
+
+    def release_lease(
+        self, worker_id: uuid.UUID, job_id: uuid.UUID, token: int, reason: str
+    ) -> int:
+        self.calls.append(("release_lease", [(job_id, token)]))
+        return super().release_lease(worker_id, job_id, token, reason)
+
+    def release_worker(self, worker_id: uuid.UUID, reason: str) -> int:
+        self.calls.append(("release_worker", []))
+        return super().release_worker(worker_id, reason)
+
+
+class Setup:
+    """A registered worker identity, its running attempts and a completer writing for it."""
+
+    def __init__(self) -> None:
+        self.engine = RecordingEngine()
+        self.me = WorkerIdentity(uuid.uuid4(), "test:completer")
+        self.engine.register_worker(
+            self.me, "default", socket.gethostname(), os.getpid(), ["default"], 4
+        )
+        self.running = Running()
+        self.retries: list[float] = []
+        self.completer = Completer(
+            self.engine,
+            self.me.id,
+            self.running,
+            Faults(self.engine.db, threading.Event()),
+            sender=type(jobs_backend("default")),
+            on_retry=self.retries.append,
+        )
+
+    def claim(self, count: int) -> list[Claimed]:
+        got = self.engine.claim(self.me, ["default"], count)
+        for claimed in got:
+            self.running.start(claimed)
+        return got
+
+    def write(self, *outcomes: Outcome) -> list[str]:
+        for outcome in outcomes:
+            self.completer.submit(outcome)
+        self.completer.collect()
+        return self.completer.write(lambda: ["claimed"], otherwise=[])
+
+
+@pytest.fixture
+def setup(pg: None) -> Setup:
+    return Setup()
+
+
+def report(claimed: Claimed, outcome: AttemptOutcome, verdict: Verdict | None = None) -> Report:
+    return Report(
+        job_id=claimed.job_id,
+        token=claimed.token,
+        attempt_id=claimed.attempt_id,
+        outcome=outcome,
+        error_type="" if verdict is None else "builtins.ValueError",
+        error_message="" if verdict is None else "no",
+        decision=None if verdict is None else Decision(verdict, 30.0),
+    )
+
+
+def state(claimed: Claimed) -> tuple[str, str]:
+    job = Job.objects.get(id=claimed.job_id)
+    return (job.state, Attempt.objects.get(id=claimed.attempt_id).outcome)
+
+
+def test_completer__every_outcome_is_one_engine_call_in_one_batch(setup: Setup) -> None:
+    for n in range(5):
+        tasks.add.enqueue(n, n)
+    done, retried, timed_out, cancelled, died = setup.claim(5)
+    control.cancel(str(cancelled.job_id), actor="ops")  # running: it turns cancelling
+    written = setup.write(
+        report(done, AttemptOutcome.SUCCEEDED),
+        report(retried, AttemptOutcome.FAILED, Verdict.RETRY),
+        report(timed_out, AttemptOutcome.TIMED_OUT, Verdict.EXHAUSTED),
+        report(cancelled, AttemptOutcome.CANCELLED, Verdict.GIVE_UP),
+        ChildDied(died.job_id, died.token, died.attempt_id, exit_code=-9),
+    )
+    keys = [(c.job_id, c.token) for c in (done, retried, timed_out, cancelled)]
+    assert setup.engine.calls == [
+        ("finish", keys),
+        ("release_lease", [(died.job_id, died.token)]),
+    ]
+    assert written == ["claimed"]
+    assert [state(c) for c in (done, retried, timed_out, cancelled, died)] == [
+        (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
+        (JobState.QUEUED, AttemptOutcome.FAILED),
+        (JobState.EXHAUSTED, AttemptOutcome.TIMED_OUT),
+        (JobState.CANCELLED, AttemptOutcome.CANCELLED),
+        (JobState.QUEUED, AttemptOutcome.LOST),
+    ]
+    assert len(setup.running) == 0 and setup.completer.pending == 0
+    assert setup.completer.jobs_done == 4
+    assert len(setup.retries) == 1  # the producer is told when the retry is due
+    assert not Lease.objects.exists()
+
+
+def test_completer__outcomes_and_the_next_claim_share_one_transaction(setup: Setup) -> None:
+    tasks.add.enqueue(1, 1)
+    (claimed,) = setup.claim(1)
+    connection = connections["default"]
+    setup.completer.submit(report(claimed, AttemptOutcome.SUCCEEDED))
+    setup.completer.collect()
+    with_outcomes = setup.completer.write(lambda: connection.in_atomic_block, otherwise=None)
+    alone = setup.completer.write(lambda: connection.in_atomic_block, otherwise=None)
+    assert (with_outcomes, alone) == (True, False)  # a claim alone runs in autocommit
+
+
+def test_completer__a_dead_child_loses_its_attempt_and_requeues_the_job(setup: Setup) -> None:
+    tasks.exits.enqueue(3)
+    (claimed,) = setup.claim(1)
+    suspect = dataclasses.replace(claimed, suspect=True)
+    executor = Executor(jobs_backend("default"), setup.me.id, deliver=lambda outcome: None)
+    outcome = executor.execute(suspect, setup.running.snapshot()[(claimed.job_id, 1)].control)
+    setup.write(outcome)
+    job = Job.objects.get(id=claimed.job_id)
+    attempt = Attempt.objects.get(id=claimed.attempt_id)
+    assert isinstance(outcome, ChildDied)
+    assert (job.state, job.lost_streak, attempt.outcome) == (JobState.QUEUED, 1, "lost")
+    assert attempt.error_message == "isolated attempt's process died (exit 3)"
+    assert setup.engine.calls == [("release_lease", [(claimed.job_id, 1)])]
+    (again,) = setup.engine.claim(setup.me, ["default"], 1)
+    assert (again.job_id, again.token, again.suspect) == (claimed.job_id, 2, True)
+
+
+def terminate_backend_of(alias: str) -> None:
+    """Have PostgreSQL end the session behind a Django connection, as a restart would."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    params = connections[alias].get_connection_params()
+    with psycopg.connect(**params, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+def test_completer__outcomes_survive_a_database_fault_and_are_written_later(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks.add.enqueue(1, 1)
+    tasks.exits.enqueue(1)
+    done, died = setup.claim(2)
+    terminate_backend_of("default")
+    with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
+        first = setup.write(
+            report(done, AttemptOutcome.SUCCEEDED),
+            ChildDied(died.job_id, died.token, died.attempt_id, exit_code=1),
+        )
+    assert first == []
+    assert "Database unavailable during report and claim" in caplog.text
+    assert (setup.completer.pending, len(setup.running)) == (2, 2)
+    assert [state(c) for c in (done, died)] == [(JobState.RUNNING, AttemptOutcome.RUNNING)] * 2
+    assert setup.write() == ["claimed"]
+    assert [state(c) for c in (done, died)] == [
+        (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
+        (JobState.QUEUED, AttemptOutcome.LOST),
+    ]
+    assert (setup.completer.pending, len(setup.running)) == (0, 0)
+
+
+def test_completer__an_abandoned_attempt_is_written_once_from_its_held_report(
+    setup: Setup,
+) -> None:
+    tasks.add.enqueue(1, 1)
+    (claimed,) = setup.claim(1)
+    key = (claimed.job_id, claimed.token)
+    setup.running.abandon(key)
+    setup.completer.hold(report(claimed, AttemptOutcome.TIMED_OUT, Verdict.GIVE_UP))
+    # The thread ends after all: its outcome must not be written as well.
+    setup.write(report(claimed, AttemptOutcome.SUCCEEDED))
+    assert setup.engine.calls == [] and setup.completer.pending == 0
+    setup.completer.write_held()
+    assert setup.engine.calls == [("finish", [key])]
+    assert state(claimed) == (JobState.FAILED, AttemptOutcome.TIMED_OUT)
+    assert len(setup.running) == 0
+
+
+def test_completer__sends_djangos_task_finished_for_what_it_wrote(setup: Setup) -> None:
+    from django.tasks.signals import task_finished
+
+    from django_jobs.worker.runner import TaskRunner
+
+    tasks.add.enqueue(2, 3)
+    (claimed,) = setup.claim(1)
+    attempt = setup.running.snapshot()[(claimed.job_id, claimed.token)]
+    outcome = TaskRunner(jobs_backend("default"), setup.me.id).run(claimed, attempt.control)
+    seen: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append((task_result.id, task_result.status, task_result.return_value))
+
+    task_finished.connect(receiver)
+    try:
+        setup.write(outcome)
+    finally:
+        task_finished.disconnect(receiver)
+    assert seen == [(str(claimed.job_id), "SUCCESSFUL", 5)]

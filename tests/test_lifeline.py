@@ -1,0 +1,159 @@
+"""The lifeline: renew leases, deliver cancels and progress, notice lost leases, reap.
+
+Real PostgreSQL; jobs are enqueued and claimed through the engine, and a
+lease is lost the way it is in production: it expires and a reaper takes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from django_jobs import AttemptOutcome, JobState, control
+from django_jobs.backend import jobs_backend
+from django_jobs.models import Attempt, Job, Lease
+from django_jobs.values import Claimed, Report, WorkerIdentity
+from django_jobs.worker.completer import Completer
+from django_jobs.worker.faults import Faults
+from django_jobs.worker.lifeline import Lifeline
+from django_jobs.worker.running import Running
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.postgres
+
+
+class Setup:
+    def __init__(self) -> None:
+        backend = jobs_backend("fast")
+        self.engine = backend.engine
+        self.me = WorkerIdentity(uuid.uuid4(), "test:lifeline")
+        self.engine.register_worker(
+            self.me, "fast", socket.gethostname(), os.getpid(), ["default"], 4
+        )
+        self.running = Running()
+        self.stopping, self.hurry = threading.Event(), threading.Event()
+        self.lifeline = Lifeline(
+            self.engine, self.me.id, self.running, backend.settings, self.stopping, self.hurry
+        )
+        self.completer = Completer(
+            self.engine,
+            self.me.id,
+            self.running,
+            Faults(self.engine.db, self.stopping),
+            sender=type(backend),
+            on_retry=lambda due: None,
+        )
+
+    def claim(self, count: int) -> list[Claimed]:
+        got = self.engine.claim(self.me, ["default"], count)
+        for claimed in got:
+            self.running.start(claimed)
+        return got
+
+
+@pytest.fixture
+def setup(pg: None) -> Setup:
+    return Setup()
+
+
+def expire_lease(claimed: Claimed) -> None:
+    Lease.objects.filter(job_id=claimed.job_id).update(expires_at=Now() - timedelta(seconds=1))
+
+
+def test_lifeline__a_lost_lease_is_noticed_once_and_forgotten_when_its_attempt_ends(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks.add.enqueue(1, 1)
+    tasks.add.enqueue(2, 2)
+    lost, kept = setup.claim(2)
+    expire_lease(lost)
+    assert setup.engine.reap() == 1  # another worker's reaper takes it
+    with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
+        setup.lifeline.beat()
+        setup.lifeline.beat()
+    assert setup.lifeline.lost_leases == {(lost.job_id, lost.token)}
+    warnings = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
+    assert warnings == [
+        f"Lease on job {lost.job_id} attempt 1 was lost; its outcome will not count."
+    ]
+    # The attempt ends: its late report is written (and kept aside), and it leaves.
+    setup.completer.submit(
+        Report(lost.job_id, lost.token, lost.attempt_id, AttemptOutcome.SUCCEEDED, result=2)
+    )
+    setup.completer.collect()
+    setup.completer.write(lambda: None, otherwise=None)
+    assert setup.lifeline.lost_leases == set()
+    late = Attempt.objects.get(id=lost.attempt_id).late_report
+    assert late is not None and late["outcome"] == "succeeded"
+    assert (kept.job_id, kept.token) in setup.running.snapshot()
+
+
+def test_lifeline__an_ending_attempts_vanished_lease_is_not_lost(setup: Setup) -> None:
+    tasks.add.enqueue(1, 1)
+    (claimed,) = setup.claim(1)
+    key = (claimed.job_id, claimed.token)
+    setup.running.writing([key])  # the completer is writing its outcome
+    Lease.objects.filter(job_id=claimed.job_id).delete()
+    setup.lifeline.beat()
+    assert setup.lifeline.lost_leases == set()
+
+
+def test_lifeline__renews_held_leases(setup: Setup) -> None:
+    tasks.add.enqueue(1, 1)
+    (claimed,) = setup.claim(1)
+    Lease.objects.update(expires_at=timezone.now() + timedelta(seconds=0.5))
+    setup.lifeline.beat()
+    lease = Lease.objects.get(job_id=claimed.job_id)
+    assert lease.expires_at > timezone.now() + timedelta(seconds=1.5)  # LEASE_SECONDS is 2
+
+
+def test_lifeline__delivers_cancel_requests_and_writes_progress(setup: Setup) -> None:
+    tasks.add.enqueue(1, 1)
+    (claimed,) = setup.claim(1)
+    attempt = setup.running.snapshot()[(claimed.job_id, claimed.token)]
+    attempt.control.set_progress(3, 10, "three")
+    control.cancel(str(claimed.job_id), actor="ops")
+    assert not attempt.control.cancelled.is_set()
+    setup.lifeline.beat()
+    job = Job.objects.get(id=claimed.job_id)
+    assert attempt.control.cancelled.is_set()
+    assert (job.state, job.progress_done, job.progress_message) == (
+        JobState.CANCELLING,
+        3,
+        "three",
+    )
+
+
+def test_lifeline__reaps_a_dead_workers_expired_lease_and_expires_overdue_jobs(
+    setup: Setup,
+) -> None:
+    tasks.add.enqueue(1, 1)
+    dead = WorkerIdentity(uuid.uuid4(), "dead:1")
+    setup.engine.register_worker(dead, "fast", "elsewhere", 1, ["default"], 1)
+    (orphan,) = setup.engine.claim(dead, ["default"], 1)
+    expire_lease(orphan)
+    overdue = tasks.add.using(run_after=timezone.now() + timedelta(seconds=60)).enqueue(3, 3)
+    Job.objects.filter(id=overdue.id).update(expires_at=Now() - timedelta(seconds=1))
+    setup.lifeline.next_reap = 0.0  # due now, not at its random first moment
+    setup.lifeline.beat()
+    job = Job.objects.get(id=orphan.job_id)
+    assert (job.state, Attempt.objects.get(id=orphan.attempt_id).outcome) == (
+        JobState.QUEUED,
+        AttemptOutcome.LOST,
+    )
+    assert Job.objects.get(id=overdue.id).state == JobState.EXPIRED
+
+
+def test_lifeline__the_thread_ends_when_stopping_with_nothing_running(setup: Setup) -> None:
+    setup.lifeline.start()
+    setup.stopping.set()
+    setup.lifeline.join(timeout=5)
+    assert not setup.lifeline.is_alive()
