@@ -97,17 +97,16 @@ class AttemptControl:
         which is why the worker gives up on the thread after STOP_GRACE_SECONDS.
         """
         with self._lock:
-            started = self.thread_id is not None or self.child is not None
-            if self.finished or not started or self.stop_sent is not None:
-                return False
+            thread_id, child = self.thread_id, self.child
+            if self.finished or self.stop_sent is not None or (thread_id is None and child is None):
+                return False  # over, already told, or not started
             self.stop_sent = time.monotonic()
             self.stop_kind = kind
-            if self.child is not None:
+            if child is not None:
                 # An isolated attempt has a process of its own: end it for real.
-                self.child.kill()
-                return True
-            assert self.thread_id is not None  # started, and not a child
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self.thread_id), ctypes.py_object(kind)
-            )
+                child.kill()
+            elif thread_id is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(thread_id), ctypes.py_object(kind)
+                )
             return True

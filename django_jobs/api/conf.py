@@ -24,7 +24,7 @@ from django.utils.module_loading import import_string
 from django_jobs.exceptions import NotAJobsBackendError
 
 if TYPE_CHECKING:
-    from .permissions import Authority
+    from .authority import Authority
 
 SETTING = "DJANGO_JOBS_API"
 
@@ -71,7 +71,7 @@ def load(user_settings: Any) -> APISettings:
     """Validate ``DJANGO_JOBS_API`` and build what the views use."""
     from django_jobs.backend import jobs_backend
 
-    from .permissions import Authority
+    from .authority import Authority
 
     if user_settings is None:
         user_settings = {}

@@ -42,6 +42,7 @@ from rest_framework.request import Request
 from django_jobs.models import Job
 from django_jobs.verbs import VERBS
 
+from .authority import Authority as Authority  # the interface, re-exported
 from .conf import api_settings
 
 if TYPE_CHECKING:
@@ -96,19 +97,6 @@ def tenants_of(request: Request) -> frozenset[str]:
         tenants = frozenset(returned) - {""}
     request._django_jobs_tenants = tenants  # type: ignore[attr-defined]  # a per-request cache
     return tenants
-
-
-class Authority:
-    """The policy interface, denying everything; subclass it to grant."""
-
-    def has_permission(self, request: Request, action: str) -> bool:
-        return False
-
-    def filter_jobs(self, request: Request, action: str, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        return queryset.none()
-
-    def has_job_permission(self, request: Request, action: str, job: Job) -> bool:
-        return False
 
 
 class DefaultAuthority(Authority):
