@@ -39,12 +39,13 @@ from .states import AttemptOutcome, JobState
 if TYPE_CHECKING:
     from django.tasks import Task
 
+    from .generic import P, T
     from .results import JobResult
 
 
 def enqueue_many(
-    task: Task[Any, Any], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
-) -> list[JobResult]:
+    task: Task[P, T], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+) -> list[JobResult[P, T]]:
     """Enqueue many calls of one task at once: ``[(args, kwargs), ...]``.
 
     Every call is validated (nothing is written if one is wrong) and the jobs

@@ -14,16 +14,29 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from django.tasks import Task, TaskContext
+from django.tasks import Task, TaskResult
 
+from .generic import GenericTask, GenericTaskContext, P, T
 from .retry import Backoff
 
 if TYPE_CHECKING:
     from .attempt import AttemptControl
+    from .models import Job
+    from .results import JobResult
+
+# One job that ``after=`` names: anything that carries the job's id.
+type DependencyRef = TaskResult[Any, Any] | Job | uuid.UUID | str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signature
+class JobTask(GenericTask[P, T]):
+    """A task on a django-jobs backend: Django's ``Task`` plus our policy and identity.
+
+    Generic like django-stubs' ``Task``: ``P`` is what ``enqueue`` takes (the
+    function's parameters, without the context of a ``takes_context`` task),
+    ``T`` what the function returns (awaited, for a coroutine function).
+    """
+
     # Policy, declared on @task(...).
     max_attempts: int | None = None  # None: the backend's MAX_ATTEMPTS
     timeout: float | None = None  # hard timeout in seconds
@@ -53,8 +66,8 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         expires_at: datetime | None = None,
-        after: Iterable[Any] | None = None,
-    ) -> JobTask:
+        after: DependencyRef | Iterable[DependencyRef] | None = None,
+    ) -> JobTask[P, T]:
         """Return a copy with per-call options; Django's own are handled by Django.
 
         ``after``: jobs — a ``TaskResult``, a ``Job`` or a job id — that must
@@ -62,7 +75,7 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         """
         # Task.using copies ``self`` (dataclasses.replace): a JobTask stays one.
         base = cast(
-            JobTask,
+            "JobTask[P, T]",
             Task.using(
                 self,
                 priority=priority,
@@ -81,6 +94,15 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         }
         changes = {name: value for name, value in ours.items() if value is not None}
         return replace(base, **changes) if changes else base
+
+    if TYPE_CHECKING:
+        # Django's methods, run as they are; our backend returns a JobResult
+        # from them (the results of a JobTask sent to another backend with
+        # ``.using(backend=...)`` are that backend's).
+        def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobResult[P, T]: ...
+        async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobResult[P, T]: ...
+        def get_result(self, result_id: str) -> JobResult[P, T]: ...
+        async def aget_result(self, result_id: str) -> JobResult[P, T]: ...
 
     def get_backoff(self, default: Backoff) -> Backoff:
         if self.backoff is None:
@@ -101,7 +123,7 @@ def _one_or_many(after: Any) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobContext(TaskContext):  # type: ignore[type-arg,misc]  # the stubs drop frozen=True
+class JobContext(GenericTaskContext[Any, Any]):  # type: ignore[misc]  # the stubs drop frozen=True
     """What a ``takes_context=True`` task receives.
 
     ``job_id`` is the same for every attempt of the job: use it (or
@@ -109,6 +131,8 @@ class JobContext(TaskContext):  # type: ignore[type-arg,misc]  # the stubs drop 
     side effects, so a re-run after a lost attempt does not do them twice.
     """
 
+    # Django's field, narrowed: the worker passes the running job's JobResult.
+    task_result: JobResult[Any, Any]
     job_id: uuid.UUID
     attempt_number: int
     max_attempts: int
