@@ -1,10 +1,11 @@
 """Durable background jobs for Django, behind Django's Tasks framework.
 
 Public API: the backend (``django_jobs.backend.JobsBackend``, named in
-settings), the retry policy pieces a task declares, the exceptions enqueue
-raises (and ``NotAJobsBackendError``, for an alias that names no django-jobs
-backend), the refusals of operator verbs (``django_jobs.control``), and the
-context a ``takes_context=True`` task receives.
+settings), ``task`` (Django's ``@task``, typed with our options), the retry
+policy pieces a task declares, the exceptions enqueue raises (and
+``NotAJobsBackendError``, for an alias that names no django-jobs backend), the
+refusals of operator verbs (``django_jobs.control``), and the context a
+``takes_context=True`` task receives.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .exceptions import (
 )
 from .retry import Backoff
 from .states import AttemptOutcome, JobState
+from .tasks import JobContext, JobTask, task
 
 if TYPE_CHECKING:
     from django.tasks import Task
@@ -69,8 +71,10 @@ __all__ = [
     "EnqueueError",
     "InvalidJobOptionError",
     "InvalidTransitionError",
+    "JobContext",
     "JobNotFoundError",
     "JobState",
+    "JobTask",
     "LeaseLostError",
     "NotAJobsBackendError",
     "NoteRequiredError",
@@ -84,4 +88,5 @@ __all__ = [
     "UnknownTaskError",
     "UnknownVerbError",
     "enqueue_many",
+    "task",
 ]

@@ -1,20 +1,36 @@
-"""The task class our backend gives to ``@task``, and the context tasks receive.
+"""The task class our backend gives to ``@task``, the typed decorator, and the context.
 
 Django 6.1 hands extra ``@task(...)`` keyword arguments to the backend's
 ``task_class``; ``JobTask`` takes the retry policy from there. Per-call identity
 (tenant, idempotency key, concurrency key, initiator, deadline) comes from
 ``.using(...)``, exactly like Django's own ``priority`` or ``run_after``.
+
+``django.tasks.task`` builds a ``JobTask`` at run time, but django-stubs types
+it with Django's options only and with ``TaskContext`` as the context, so a type
+checker refuses ``@task(max_attempts=5)`` and ``def f(context: JobContext)``.
+``django_jobs.task`` is the same call, typed for this backend.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Literal,
+    Protocol,
+    TypedDict,
+    Unpack,
+    cast,
+    overload,
+)
 
 from django.tasks import Task, TaskResult
+from django.tasks import task as django_task
 
 from .generic import GenericTask, GenericTaskContext, P, T
 from .retry import Backoff
@@ -168,3 +184,105 @@ class JobContext(GenericTaskContext[Any, Any]):  # type: ignore[misc]  # the stu
         Cheap to call often: the worker writes the latest value once per heartbeat.
         """
         self.control.set_progress(done, total, message)
+
+
+class TaskOptions(TypedDict, total=False):
+    """``@task(...)``'s options but ``takes_context``: Django's, then django-jobs'.
+
+    Only the options given are passed on, as with Django's decorator, so the
+    defaults stay the backend's (``max_attempts``: ``OPTIONS["MAX_ATTEMPTS"]``).
+    """
+
+    priority: int
+    queue_name: str
+    backend: str
+    max_attempts: int | None
+    timeout: float | None
+    backoff: Backoff | float | None
+    retry_on: tuple[type[BaseException], ...]
+    give_up_on: tuple[type[BaseException], ...]
+    version: str
+
+
+class TaskDecorator(Protocol):
+    """What ``@task(...)`` returns: turns a function into a ``JobTask``."""
+
+    @overload
+    def __call__(self, function: Callable[P, Coroutine[Any, Any, T]], /) -> JobTask[P, T]: ...
+    @overload
+    def __call__(self, function: Callable[P, T], /) -> JobTask[P, T]: ...
+
+
+class ContextTaskDecorator(Protocol):
+    """What ``@task(takes_context=True, ...)`` returns: the function takes a JobContext first."""
+
+    @overload
+    def __call__(
+        self, function: Callable[Concatenate[JobContext, P], Coroutine[Any, Any, T]], /
+    ) -> JobTask[P, T]: ...
+    @overload
+    def __call__(self, function: Callable[Concatenate[JobContext, P], T], /) -> JobTask[P, T]: ...
+
+
+# Coroutine functions come first: their task's result is what they return
+# once awaited, as the worker awaits them.
+@overload
+def task(
+    function: Callable[P, Coroutine[Any, Any, T]],
+    /,
+    *,
+    takes_context: Literal[False] = False,
+    **options: Unpack[TaskOptions],
+) -> JobTask[P, T]: ...
+@overload
+def task(
+    function: Callable[P, T],
+    /,
+    *,
+    takes_context: Literal[False] = False,
+    **options: Unpack[TaskOptions],
+) -> JobTask[P, T]: ...
+@overload
+def task(
+    function: Callable[Concatenate[JobContext, P], Coroutine[Any, Any, T]],
+    /,
+    *,
+    takes_context: Literal[True],
+    **options: Unpack[TaskOptions],
+) -> JobTask[P, T]: ...
+@overload
+def task(
+    function: Callable[Concatenate[JobContext, P], T],
+    /,
+    *,
+    takes_context: Literal[True],
+    **options: Unpack[TaskOptions],
+) -> JobTask[P, T]: ...
+@overload
+def task(
+    *, takes_context: Literal[False] = False, **options: Unpack[TaskOptions]
+) -> TaskDecorator: ...
+@overload
+def task(
+    *, takes_context: Literal[True], **options: Unpack[TaskOptions]
+) -> ContextTaskDecorator: ...
+def task(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    takes_context: bool = False,
+    **options: Unpack[TaskOptions],
+) -> JobTask[Any, Any] | Callable[[Callable[..., Any]], JobTask[Any, Any]]:
+    """Django's ``@task``, typed for django-jobs: bare, or with Django's options and ours.
+
+    It calls ``django.tasks.task`` with what it was given, so it builds exactly
+    what that builds (a ``JobTask``, on a django-jobs backend); only the types
+    differ. The function of a ``takes_context=True`` task takes a ``JobContext``
+    first, and ``enqueue`` takes the rest.
+    """
+    # The stub of django.tasks.task knows neither our options nor JobContext.
+    untyped = cast("Callable[..., Any]", django_task)
+    return cast(
+        "JobTask[Any, Any] | Callable[[Callable[..., Any]], JobTask[Any, Any]]",
+        untyped(function, takes_context=takes_context, **options),
+    )
