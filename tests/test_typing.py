@@ -5,7 +5,7 @@ feature through ``django_jobs.task``; mypy ``--strict`` with django-stubs must
 accept it, and must refuse each call of its ``wrong_calls.py``. django_jobs is
 found on PYTHONPATH, as an installed package is (its own errors are not the
 project's). At run time ``django_jobs.task`` must build exactly what Django's
-``@task`` builds.
+``@task`` builds; and ``pip install -e .`` must give type checkers a path entry.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -137,3 +139,25 @@ def test_task__passes_on_only_the_options_given_so_another_backend_still_works()
 def test_task__run_after_is_refused_as_django_refuses_it() -> None:
     with pytest.raises(TypeError, match="run_after cannot be defined statically"):
         django_jobs.task(run_after=None)(double)
+
+
+def test_editable_install__is_a_path_entry_that_type_checkers_follow(tmp_path: Path) -> None:
+    """What ``pip install -e .`` installs (PEP 660's build_editable), built here.
+
+    setuptools' default for a flat layout is an import hook, which mypy cannot
+    see; ``package-dir`` in pyproject.toml makes it a ``.pth`` naming the checkout.
+    """
+    build = "import sys, setuptools.build_meta as b; print(b.build_editable(sys.argv[1]))"
+    subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        pth = [name for name in archive.namelist() if name.endswith(".pth")]
+        contents = [archive.read(name).decode().strip() for name in pth]
+
+    assert contents == [str(ROOT)]
