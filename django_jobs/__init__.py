@@ -1,10 +1,11 @@
 """Durable background jobs for Django, behind Django's Tasks framework.
 
 Public API: the backend (``django_jobs.backend.JobsBackend``, named in
-settings), the retry policy pieces a task declares, the exceptions enqueue
-raises (and ``NotAJobsBackendError``, for an alias that names no django-jobs
-backend), the refusals of operator verbs (``django_jobs.control``), and the
-context a ``takes_context=True`` task receives.
+settings), ``task`` (Django's ``@task``, typed with our options), the retry
+policy pieces a task declares, the exceptions enqueue raises (and
+``NotAJobsBackendError``, for an alias that names no django-jobs backend), the
+refusals of operator verbs (``django_jobs.control``), and the context a
+``takes_context=True`` task receives.
 """
 
 from __future__ import annotations
@@ -35,16 +36,18 @@ from .exceptions import (
 )
 from .retry import Backoff
 from .states import AttemptOutcome, JobState
+from .tasks import JobContext, JobTask, task
 
 if TYPE_CHECKING:
     from django.tasks import Task
 
+    from .generic import P, T
     from .results import JobResult
 
 
 def enqueue_many(
-    task: Task[Any, Any], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
-) -> list[JobResult]:
+    task: Task[P, T], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+) -> list[JobResult[P, T]]:
     """Enqueue many calls of one task at once: ``[(args, kwargs), ...]``.
 
     Every call is validated (nothing is written if one is wrong) and the jobs
@@ -68,8 +71,10 @@ __all__ = [
     "EnqueueError",
     "InvalidJobOptionError",
     "InvalidTransitionError",
+    "JobContext",
     "JobNotFoundError",
     "JobState",
+    "JobTask",
     "LeaseLostError",
     "NotAJobsBackendError",
     "NoteRequiredError",
@@ -83,4 +88,5 @@ __all__ = [
     "UnknownTaskError",
     "UnknownVerbError",
     "enqueue_many",
+    "task",
 ]

@@ -48,6 +48,7 @@ from .exceptions import (
     UnknownQueueError,
     UnknownTaskError,
 )
+from .generic import P, T
 from .payload import check_arguments
 from .retry import Backoff, RetryPolicy
 from .states import JobState
@@ -148,7 +149,7 @@ class JobsBackend(BaseTaskBackend):
 
     # -- enqueue ------------------------------------------------------------
 
-    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> JobResult:
+    def enqueue(self, task: Task[P, T], args: Any, kwargs: Any) -> JobResult[P, T]:
         self._check_task(task)  # first: it also says if the app is not installed
         from .dependencies import dependency_ids
         from .enqueue import accept, new_job
@@ -166,9 +167,9 @@ class JobsBackend(BaseTaskBackend):
 
     def enqueue_many(
         self,
-        task: Task[Any, Any],
+        task: Task[P, T],
         calls_given: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
-    ) -> list[JobResult]:
+    ) -> list[JobResult[P, T]]:
         """Enqueue many calls of one task: every call validated, then one COPY.
 
         Same transaction rules as ``enqueue``: all the jobs exist iff the
@@ -200,7 +201,7 @@ class JobsBackend(BaseTaskBackend):
             # Refuses a bad dependency now; sets the state the results report.
             wait_for(self.engine, prototype, after, lock=False)
         shared = result_fields(build(task, prototype, []))
-        results: list[JobResult] = []
+        results: list[JobResult[P, T]] = []
         ids = new_ids(len(given))
 
         def validated() -> Iterator[Call]:

@@ -12,9 +12,10 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from django.tasks import Task, TaskResult
+from django.tasks import Task
 from django.tasks.base import TaskError
 
+from .generic import GenericTaskResult, P, T
 from .models import Attempt, Job
 from .states import AttemptOutcome, JobState, django_status
 
@@ -58,7 +59,13 @@ class AttemptInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobResult(TaskResult):  # type: ignore[type-arg,misc]  # the stubs drop frozen=True
+class JobResult(GenericTaskResult[P, T]):  # type: ignore[misc]  # the stubs drop frozen=True
+    """Django's ``TaskResult`` of a job, with the job's state, progress and attempts.
+
+    Generic like django-stubs' ``TaskResult``: ``T`` is what ``return_value``
+    holds once the job succeeded.
+    """
+
     state: JobState
     queue: str
     priority: int
@@ -94,7 +101,7 @@ _DJANGO_REFRESH_ATTRS = (
 )
 
 
-def build(task: Task[Any, Any], job: Job, attempts: list[Attempt]) -> JobResult:
+def build(task: Task[P, T], job: Job, attempts: list[Attempt]) -> JobResult[P, T]:
     log = tuple(
         AttemptInfo(
             number=a.number,

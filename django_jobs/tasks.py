@@ -1,29 +1,58 @@
-"""The task class our backend gives to ``@task``, and the context tasks receive.
+"""The task class our backend gives to ``@task``, the typed decorator, and the context.
 
 Django 6.1 hands extra ``@task(...)`` keyword arguments to the backend's
 ``task_class``; ``JobTask`` takes the retry policy from there. Per-call identity
 (tenant, idempotency key, concurrency key, initiator, deadline) comes from
 ``.using(...)``, exactly like Django's own ``priority`` or ``run_after``.
+
+``django.tasks.task`` builds a ``JobTask`` at run time, but django-stubs types
+it with Django's options only and with ``TaskContext`` as the context, so a type
+checker refuses ``@task(max_attempts=5)`` and ``def f(context: JobContext)``.
+``django_jobs.task`` is the same call, typed for this backend.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Literal,
+    Protocol,
+    TypedDict,
+    Unpack,
+    cast,
+    overload,
+)
 
-from django.tasks import Task, TaskContext
+from django.tasks import Task, TaskResult
+from django.tasks import task as django_task
 
+from .generic import GenericTask, GenericTaskContext, P, T
 from .retry import Backoff
 
 if TYPE_CHECKING:
     from .attempt import AttemptControl
+    from .models import Job
+    from .results import JobResult
+
+# One job that ``after=`` names: anything that carries the job's id.
+type DependencyRef = TaskResult[Any, Any] | Job | uuid.UUID | str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signature
+class JobTask(GenericTask[P, T]):
+    """A task on a django-jobs backend: Django's ``Task`` plus our policy and identity.
+
+    Generic like django-stubs' ``Task``: ``P`` is what ``enqueue`` takes (the
+    function's parameters, without the context of a ``takes_context`` task),
+    ``T`` what the function returns (awaited, for a coroutine function).
+    """
+
     # Policy, declared on @task(...).
     max_attempts: int | None = None  # None: the backend's MAX_ATTEMPTS
     timeout: float | None = None  # hard timeout in seconds
@@ -53,8 +82,8 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         expires_at: datetime | None = None,
-        after: Iterable[Any] | None = None,
-    ) -> JobTask:
+        after: DependencyRef | Iterable[DependencyRef] | None = None,
+    ) -> JobTask[P, T]:
         """Return a copy with per-call options; Django's own are handled by Django.
 
         ``after``: jobs — a ``TaskResult``, a ``Job`` or a job id — that must
@@ -62,7 +91,7 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         """
         # Task.using copies ``self`` (dataclasses.replace): a JobTask stays one.
         base = cast(
-            JobTask,
+            "JobTask[P, T]",
             Task.using(
                 self,
                 priority=priority,
@@ -81,6 +110,15 @@ class JobTask(Task):  # type: ignore[type-arg]  # generic over the task's signat
         }
         changes = {name: value for name, value in ours.items() if value is not None}
         return replace(base, **changes) if changes else base
+
+    if TYPE_CHECKING:
+        # Django's methods, run as they are; our backend returns a JobResult
+        # from them (the results of a JobTask sent to another backend with
+        # ``.using(backend=...)`` are that backend's).
+        def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobResult[P, T]: ...
+        async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobResult[P, T]: ...
+        def get_result(self, result_id: str) -> JobResult[P, T]: ...
+        async def aget_result(self, result_id: str) -> JobResult[P, T]: ...
 
     def get_backoff(self, default: Backoff) -> Backoff:
         if self.backoff is None:
@@ -101,7 +139,7 @@ def _one_or_many(after: Any) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobContext(TaskContext):  # type: ignore[type-arg,misc]  # the stubs drop frozen=True
+class JobContext(GenericTaskContext[Any, Any]):  # type: ignore[misc]  # the stubs drop frozen=True
     """What a ``takes_context=True`` task receives.
 
     ``job_id`` is the same for every attempt of the job: use it (or
@@ -109,6 +147,8 @@ class JobContext(TaskContext):  # type: ignore[type-arg,misc]  # the stubs drop 
     side effects, so a re-run after a lost attempt does not do them twice.
     """
 
+    # Django's field, narrowed: the worker passes the running job's JobResult.
+    task_result: JobResult[Any, Any]
     job_id: uuid.UUID
     attempt_number: int
     max_attempts: int
@@ -144,3 +184,105 @@ class JobContext(TaskContext):  # type: ignore[type-arg,misc]  # the stubs drop 
         Cheap to call often: the worker writes the latest value once per heartbeat.
         """
         self.control.set_progress(done, total, message)
+
+
+class TaskOptions(TypedDict, total=False):
+    """``@task(...)``'s options but ``takes_context``: Django's, then django-jobs'.
+
+    Only the options given are passed on, as with Django's decorator, so the
+    defaults stay the backend's (``max_attempts``: ``OPTIONS["MAX_ATTEMPTS"]``).
+    """
+
+    priority: int
+    queue_name: str
+    backend: str
+    max_attempts: int | None
+    timeout: float | None
+    backoff: Backoff | float | None
+    retry_on: tuple[type[BaseException], ...]
+    give_up_on: tuple[type[BaseException], ...]
+    version: str
+
+
+class TaskDecorator(Protocol):
+    """What ``@task(...)`` returns: turns a function into a ``JobTask``."""
+
+    @overload
+    def __call__(self, function: Callable[P, Coroutine[Any, Any, T]], /) -> JobTask[P, T]: ...
+    @overload
+    def __call__(self, function: Callable[P, T], /) -> JobTask[P, T]: ...
+
+
+class ContextTaskDecorator(Protocol):
+    """What ``@task(takes_context=True, ...)`` returns: the function takes a JobContext first."""
+
+    @overload
+    def __call__(
+        self, function: Callable[Concatenate[JobContext, P], Coroutine[Any, Any, T]], /
+    ) -> JobTask[P, T]: ...
+    @overload
+    def __call__(self, function: Callable[Concatenate[JobContext, P], T], /) -> JobTask[P, T]: ...
+
+
+# Coroutine functions come first: their task's result is what they return
+# once awaited, as the worker awaits them.
+@overload
+def task(
+    function: Callable[P, Coroutine[Any, Any, T]],
+    /,
+    *,
+    takes_context: Literal[False] = False,
+    **options: Unpack[TaskOptions],
+) -> JobTask[P, T]: ...
+@overload
+def task(
+    function: Callable[P, T],
+    /,
+    *,
+    takes_context: Literal[False] = False,
+    **options: Unpack[TaskOptions],
+) -> JobTask[P, T]: ...
+@overload
+def task(
+    function: Callable[Concatenate[JobContext, P], Coroutine[Any, Any, T]],
+    /,
+    *,
+    takes_context: Literal[True],
+    **options: Unpack[TaskOptions],
+) -> JobTask[P, T]: ...
+@overload
+def task(
+    function: Callable[Concatenate[JobContext, P], T],
+    /,
+    *,
+    takes_context: Literal[True],
+    **options: Unpack[TaskOptions],
+) -> JobTask[P, T]: ...
+@overload
+def task(
+    *, takes_context: Literal[False] = False, **options: Unpack[TaskOptions]
+) -> TaskDecorator: ...
+@overload
+def task(
+    *, takes_context: Literal[True], **options: Unpack[TaskOptions]
+) -> ContextTaskDecorator: ...
+def task(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    takes_context: bool = False,
+    **options: Unpack[TaskOptions],
+) -> JobTask[Any, Any] | Callable[[Callable[..., Any]], JobTask[Any, Any]]:
+    """Django's ``@task``, typed for django-jobs: bare, or with Django's options and ours.
+
+    It calls ``django.tasks.task`` with what it was given, so it builds exactly
+    what that builds (a ``JobTask``, on a django-jobs backend); only the types
+    differ. The function of a ``takes_context=True`` task takes a ``JobContext``
+    first, and ``enqueue`` takes the rest.
+    """
+    # The stub of django.tasks.task knows neither our options nor JobContext.
+    untyped = cast("Callable[..., Any]", django_task)
+    return cast(
+        "JobTask[Any, Any] | Callable[[Callable[..., Any]], JobTask[Any, Any]]",
+        untyped(function, takes_context=takes_context, **options),
+    )
