@@ -13,6 +13,7 @@ They need pip to reach the package index (or its cache), like any install.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
@@ -83,10 +84,14 @@ def test_install_without_extras__imports_every_module_checks_and_migrates(
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
+    # Without PYTHONPATH: pointing at a checkout (with a build's egg-info in
+    # it), it makes pip believe the package is installed and skip the artefact.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", str(artefacts[kind])],
         check=True,
         capture_output=True,
+        env=clean,
     )
 
     imported = subprocess.run(
