@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django.utils.module_loading import import_string
-
-from .vendors import ENGINES, vendor
+from .vendors import engine_class, vendor
 
 if TYPE_CHECKING:
     from ..conf import JobsOptions
@@ -23,5 +21,5 @@ __all__ = ["engine_for"]
 
 def engine_for(db: str, options: JobsOptions | None = None) -> Engine:
     """The engine for the database alias ``db``, bound to a backend's ``options``."""
-    engine: type[Engine] = import_string(ENGINES[vendor(db)])
+    engine: type[Engine] = engine_class(vendor(db))
     return engine(db, options)

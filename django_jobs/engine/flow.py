@@ -8,11 +8,10 @@ supplies its lock and its query for the heads of the tenants' lines.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.db import transaction
@@ -22,6 +21,7 @@ from django.utils import timezone
 from .. import fairness
 from ..limits import KeyCounts, RateLimit, within_key_limits
 from ..models import Job, QueueState, RateWindow
+from ..retry import budget_window
 from ..states import Transition
 from ..values import Claimed, WorkerIdentity
 from .claims import CLAIM_FIELDS, lease
@@ -129,8 +129,8 @@ def fair_candidates(
 
 
 def window_start(seconds: float) -> datetime:
-    now = timezone.now()
-    return datetime.fromtimestamp(math.floor(now.timestamp() / seconds) * seconds, tz=UTC)
+    """The start of the fixed window of ``seconds`` holding now (as the retry budget's)."""
+    return budget_window(timezone.now(), seconds)
 
 
 def rate_window(db: str, queue: str, seconds: float, key: str = "") -> RateWindow:

@@ -7,6 +7,9 @@ system checks — may ask what a database can do without an import cycle.
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Any
+
 from django.db import connections
 from django.utils.module_loading import import_string
 
@@ -56,6 +59,12 @@ def of_setting(engine_setting: str) -> str | None:
     return BACKENDS.get(engine_setting.rsplit(".", 1)[-1])
 
 
+@cache
+def engine_class(name: str) -> Any:
+    """The engine class serving the vendor ``name``, imported once."""
+    return import_string(ENGINES[name])
+
+
 def listens(db: str) -> bool:
-    """Whether ``db`` can wake idle workers with LISTEN/NOTIFY."""
-    return bool(import_string(ENGINES[vendor(db)]).listens)
+    """Whether ``db`` can wake idle workers with LISTEN/NOTIFY (asked at every enqueue)."""
+    return bool(engine_class(vendor(db)).listens)
