@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# First: on an unsupported Django, a clear refusal instead of an ImportError.
+from . import supported  # noqa: F401
 from .exceptions import (
     ActorRequiredError,
     ArgumentsNotJSONError,

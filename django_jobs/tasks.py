@@ -29,8 +29,10 @@ from typing import (
     overload,
 )
 
-from django.tasks import Task, TaskResult
+import django
+from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, Task, TaskResult, task_backends
 from django.tasks import task as django_task
+from django.tasks.base import DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME
 
 from .generic import GenericTask, GenericTaskContext, P, T
 from .retry import Backoff
@@ -281,8 +283,41 @@ def task(
     first, and ``enqueue`` takes the rest.
     """
     # The stub of django.tasks.task knows neither our options nor JobContext.
-    untyped = cast("Callable[..., Any]", django_task)
+    untyped = cast("Callable[..., Any]", django_task if TASK_TAKES_OPTIONS else _task_of_backend)
     return cast(
         "JobTask[Any, Any] | Callable[[Callable[..., Any]], JobTask[Any, Any]]",
         untyped(function, takes_context=takes_context, **options),
     )
+
+
+# Django 6.1 passes extra @task keyword arguments on to the backend's task
+# class; 6.0's @task accepts only its own four.
+TASK_TAKES_OPTIONS = django.VERSION >= (6, 1)
+
+
+def _task_of_backend(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    backend: str = DEFAULT_TASK_BACKEND_ALIAS,
+    **options: Any,
+) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
+    """What Django 6.1's ``@task`` does, for 6.0: the backend's task class, all options given."""
+    if "run_after" in options:
+        raise TypeError(
+            "run_after cannot be defined statically with the @task decorator. "
+            "Use .using(run_after=...) to set it dynamically."
+        )
+
+    def wrapper(func: Callable[..., Any]) -> Task[Any, Any]:
+        task_class = task_backends[backend].task_class
+        return task_class(
+            func=func,
+            backend=backend,
+            run_after=None,
+            priority=options.pop("priority", DEFAULT_TASK_PRIORITY),
+            queue_name=options.pop("queue_name", DEFAULT_TASK_QUEUE_NAME),
+            **options,
+        )
+
+    return wrapper(function) if function is not None else wrapper

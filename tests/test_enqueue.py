@@ -130,7 +130,10 @@ def plain_function() -> None:
 
 
 def test_enqueue__refuses_a_task_that_is_not_registered(pg: None) -> None:
-    unregistered = Task(func=plain_function, backend="default")
+    # Every field given: Django 6.0's Task has no defaults for them.
+    unregistered = Task(
+        func=plain_function, backend="default", priority=0, queue_name="default", run_after=None
+    )
     with pytest.raises(UnknownTaskError, match=r"'tests\.test_enqueue\.plain_function' is not reg"):
         tasks.add.get_backend().enqueue(unregistered, [1, 2], {})
     assert job_count() == 0
