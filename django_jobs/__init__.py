@@ -41,8 +41,7 @@ from .states import AttemptOutcome, JobState
 from .tasks import JobContext, JobTask, task
 
 if TYPE_CHECKING:
-    from django.tasks import Task
-
+    from .framework import Task
     from .generic import P, T
     from .results import JobResult
 

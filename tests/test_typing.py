@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.tasks import Task
-from django.tasks import task as django_task
 from django.test import override_settings
 
 import django_jobs
-from django_jobs import Backoff, JobContext, JobTask
+from django_jobs import Backoff, JobContext, JobTask, framework
+from django_jobs.framework import Task
+from django_jobs.framework import task as django_task
 from django_jobs.tasks import TASK_TAKES_OPTIONS
 from tests.conftest import ROOT
 
@@ -150,7 +150,10 @@ def test_task__context_and_coroutine_functions_build_what_djangos_task_builds() 
 
 
 def test_task__passes_on_only_the_options_given_so_another_backend_still_works() -> None:
-    tasks = {**settings.TASKS, "dummy": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}
+    tasks = {
+        **settings.TASKS,
+        "dummy": {"BACKEND": f"{framework.MODULE}.backends.dummy.DummyBackend"},
+    }
     with override_settings(TASKS=tasks):
         ours = django_jobs.task(backend="dummy")(double)
 
