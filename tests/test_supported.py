@@ -54,7 +54,7 @@ def test_django_5_2_without_the_backport_is_refused_saying_what_to_install() -> 
     )
 
 
-@pytest.mark.parametrize("root", ["django_jobs", "tests"])
+@pytest.mark.parametrize("root", ["django_jobs", "tests", "benchmarks/benchapp"])
 def test_only_the_framework_module_imports_the_tasks_framework(root: str) -> None:
     # Anything else importing django.tasks would break on Django 5.2, where the
     # framework is the backport's; tests say what runs, so they follow the rule.
