@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import django
 import environ
 
 DATABASES = {
@@ -20,6 +21,8 @@ INSTALLED_APPS = [
     "django_jobs",
     "benchmarks.benchapp",
 ]
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")  # the backport of django.tasks, on Django 5.2
 TASKS = {
     "default": {
         "BACKEND": "django_jobs.backend.JobsBackend",

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# First: on an unsupported Django, a clear refusal instead of an ImportError.
+from . import supported  # noqa: F401
 from .exceptions import (
     ActorRequiredError,
     ArgumentsNotJSONError,
@@ -39,8 +41,7 @@ from .states import AttemptOutcome, JobState
 from .tasks import JobContext, JobTask, task
 
 if TYPE_CHECKING:
-    from django.tasks import Task
-
+    from .framework import Task
     from .generic import P, T
     from .results import JobResult
 

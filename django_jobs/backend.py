@@ -31,10 +31,6 @@ from typing import TYPE_CHECKING, Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from django.tasks import Task, task_backends
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.functional import cached_property
 
@@ -47,6 +43,14 @@ from .exceptions import (
     NotAJobsBackendError,
     UnknownQueueError,
     UnknownTaskError,
+)
+from .framework import (
+    BaseTaskBackend,
+    InvalidTaskBackend,
+    Task,
+    TaskResultDoesNotExist,
+    task_backends,
+    task_enqueued,
 )
 from .generic import P, T
 from .payload import check_arguments

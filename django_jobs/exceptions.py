@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
-from django.tasks.exceptions import InvalidTask
+
+from .framework import InvalidTask
 
 
 class EnqueueError(InvalidTask):

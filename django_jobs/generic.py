@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic
 
-from django.tasks import Task, TaskContext, TaskResult
 from typing_extensions import ParamSpec, TypeVar
+
+from .framework import Task, TaskContext, TaskResult
 
 # The task function's parameters and return type. The defaults let a bare
 # ``JobTask`` or ``JobResult`` annotation mean "any task", as it did before

@@ -13,8 +13,9 @@ import threading
 from importlib import import_module
 from typing import Any
 
-from django.tasks import Task
 from django.utils.module_loading import autodiscover_modules
+
+from .framework import Task
 
 _tasks: dict[str, Task[Any, Any]] = {}
 _lock = threading.Lock()

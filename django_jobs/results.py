@@ -12,9 +12,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from django.tasks import Task
-from django.tasks.base import TaskError
-
+from .framework import Task, TaskError
 from .generic import GenericTaskResult, P, T
 from .models import Attempt, Job
 from .states import AttemptOutcome, JobState, django_status

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from django.db import models
-from django.tasks import TaskResultStatus
 from django.utils.translation import gettext_lazy as _
+
+from .framework import TaskResultStatus
 
 
 class JobState(models.TextChoices):

@@ -13,6 +13,7 @@ checker refuses ``@task(max_attempts=5)`` and ``def f(context: JobContext)``.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, replace
@@ -29,9 +30,15 @@ from typing import (
     overload,
 )
 
-from django.tasks import Task, TaskResult
-from django.tasks import task as django_task
-
+from .framework import (
+    DEFAULT_TASK_BACKEND_ALIAS,
+    DEFAULT_TASK_PRIORITY,
+    DEFAULT_TASK_QUEUE_NAME,
+    Task,
+    TaskResult,
+    task_backends,
+)
+from .framework import task as django_task
 from .generic import GenericTask, GenericTaskContext, P, T
 from .retry import Backoff
 
@@ -280,9 +287,47 @@ def task(
     differ. The function of a ``takes_context=True`` task takes a ``JobContext``
     first, and ``enqueue`` takes the rest.
     """
+    # Refused here, as Django 6 refuses it: 6.0's @task and the backport's
+    # would fail with a less helpful TypeError of their own.
+    if "run_after" in options:
+        raise TypeError(
+            "run_after cannot be defined statically with the @task decorator. "
+            "Use .using(run_after=...) to set it dynamically."
+        )
     # The stub of django.tasks.task knows neither our options nor JobContext.
-    untyped = cast("Callable[..., Any]", django_task)
+    untyped = cast("Callable[..., Any]", django_task if TASK_TAKES_OPTIONS else _task_of_backend)
     return cast(
         "JobTask[Any, Any] | Callable[[Callable[..., Any]], JobTask[Any, Any]]",
         untyped(function, takes_context=takes_context, **options),
     )
+
+
+# Django 6.1 (and the django-tasks backport on 5.2) pass extra @task keyword
+# arguments on to the backend's task class; 6.0's @task accepts only its own.
+TASK_TAKES_OPTIONS = any(
+    parameter.kind is inspect.Parameter.VAR_KEYWORD
+    for parameter in inspect.signature(django_task).parameters.values()
+)
+
+
+def _task_of_backend(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    backend: str = DEFAULT_TASK_BACKEND_ALIAS,
+    **options: Any,
+) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
+    """What Django 6.1's ``@task`` does, for 6.0: the backend's task class, all options given."""
+
+    def wrapper(func: Callable[..., Any]) -> Task[Any, Any]:
+        task_class = task_backends[backend].task_class
+        return task_class(
+            func=func,
+            backend=backend,
+            run_after=None,
+            priority=options.pop("priority", DEFAULT_TASK_PRIORITY),
+            queue_name=options.pop("queue_name", DEFAULT_TASK_QUEUE_NAME),
+            **options,
+        )
+
+    return wrapper(function) if function is not None else wrapper

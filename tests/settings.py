@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import django
 import environ
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +88,8 @@ INSTALLED_APPS = [
     "django_jobs",
     "tests.testapp",
 ]
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")  # the backport of django.tasks, on Django 5.2
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from django_jobs import control
+from django_jobs import control, framework
 from django_jobs.api import conf
 from django_jobs.api.permissions import Action, DefaultAuthority
 from django_jobs.exceptions import NotAJobsBackendError
@@ -746,14 +746,14 @@ def test_setting__a_backend_of_another_class_is_refused_naming_the_setting(
 ) -> None:
     settings.TASKS = {
         **settings.TASKS,
-        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+        "immediate": {"BACKEND": f"{framework.MODULE}.backends.immediate.ImmediateBackend"},
     }
     with pytest.raises(NotAJobsBackendError) as refused:
         conf.load({"BACKEND": "immediate"})
 
     assert str(refused.value) == (
         "DJANGO_JOBS_API['BACKEND']: TASKS['immediate'] uses "
-        "django.tasks.backends.immediate.ImmediateBackend, "
+        f"{framework.MODULE}.backends.immediate.ImmediateBackend, "
         "not django_jobs.backend.JobsBackend or a subclass of it."
     )
 

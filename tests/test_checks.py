@@ -16,11 +16,11 @@ import pytest
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
-from django.tasks import task_backends
 from django.test import override_settings
 
 from django_jobs.backend import jobs_backend
 from django_jobs.exceptions import ConfigurationError
+from django_jobs.framework import task_backends
 from tests.conftest import backend_settings
 from tests.testapp.tasks import add
 

@@ -226,8 +226,7 @@ def test_completer__an_abandoned_attempt_is_written_once_from_its_held_report(
 
 
 def test_completer__sends_djangos_task_finished_for_what_it_wrote(setup: Setup) -> None:
-    from django.tasks.signals import task_finished
-
+    from django_jobs.framework import task_finished
     from django_jobs.worker.runner import TaskRunner
 
     tasks.add.enqueue(2, 3)

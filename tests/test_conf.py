@@ -11,13 +11,13 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 from django.test import override_settings
 
+from django_jobs import framework
 from django_jobs.backend import JobsBackend, jobs_backend
 from django_jobs.conf import JobsOptions
 from django_jobs.exceptions import NotAJobsBackendError
+from django_jobs.framework import InvalidTaskBackend, task_backends
 from tests.conftest import backend_settings
 
 
@@ -109,12 +109,12 @@ def test_jobs_backend__an_unknown_alias_is_refused_with_the_configured_aliases()
 
 
 def test_jobs_backend__a_backend_of_another_class_is_refused_with_its_class() -> None:
-    immediate = {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}
+    immediate = {"BACKEND": f"{framework.MODULE}.backends.immediate.ImmediateBackend"}
 
     refused = refusal({"jobs": immediate}, "jobs")
 
     assert str(refused) == (
-        "TASKS['jobs'] uses django.tasks.backends.immediate.ImmediateBackend, "
+        f"TASKS['jobs'] uses {framework.MODULE}.backends.immediate.ImmediateBackend, "
         "not django_jobs.backend.JobsBackend or a subclass of it."
     )
 
@@ -142,7 +142,7 @@ def test_runworkers__refuses_an_unknown_queue() -> None:
 
 
 def test_runworkers__refuses_a_backend_that_is_not_ours() -> None:
-    immediate = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+    immediate = {"default": {"BACKEND": f"{framework.MODULE}.backends.immediate.ImmediateBackend"}}
     with (
         override_settings(TASKS=immediate),
         pytest.raises(CommandError) as refused,
@@ -150,6 +150,6 @@ def test_runworkers__refuses_a_backend_that_is_not_ours() -> None:
         call_command("runworkers")
 
     assert str(refused.value) == (
-        "TASKS['default'] uses django.tasks.backends.immediate.ImmediateBackend, "
+        f"TASKS['default'] uses {framework.MODULE}.backends.immediate.ImmediateBackend, "
         "not django_jobs.backend.JobsBackend or a subclass of it."
     )

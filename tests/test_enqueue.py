@@ -13,9 +13,6 @@ import psycopg
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connections, transaction
-from django.tasks import Task, TaskResultStatus
-from django.tasks.exceptions import TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -29,6 +26,7 @@ from django_jobs import (
     UnknownTaskError,
     enqueue_many,
 )
+from django_jobs.framework import Task, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
 from django_jobs.models import Job
 from django_jobs.results import JobResult
 from tests.conftest import listen_for_wakeups
@@ -130,7 +128,10 @@ def plain_function() -> None:
 
 
 def test_enqueue__refuses_a_task_that_is_not_registered(pg: None) -> None:
-    unregistered = Task(func=plain_function, backend="default")
+    # Every field given: Django 6.0's Task has no defaults for them.
+    unregistered = Task(
+        func=plain_function, backend="default", priority=0, queue_name="default", run_after=None
+    )
     with pytest.raises(UnknownTaskError, match=r"'tests\.test_enqueue\.plain_function' is not reg"):
         tasks.add.get_backend().enqueue(unregistered, [1, 2], {})
     assert job_count() == 0

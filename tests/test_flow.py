@@ -14,13 +14,13 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
 from django.db.models import Max
-from django.tasks import task_backends
 from django.test import override_settings
 
-from django_jobs import JobState, control, enqueue_many
+from django_jobs import JobState, control, enqueue_many, framework
 from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for
 from django_jobs.exceptions import NotAJobsBackendError
+from django_jobs.framework import task_backends
 from django_jobs.models import Attempt, Job, QueueEvent
 from django_jobs.values import Claimed, WorkerIdentity
 from tests.conftest import WorkerProcess, analyse_empty_tables, one_slot_fair_order, wait_until
@@ -80,7 +80,7 @@ def test_pause__an_unknown_queue_is_refused(pg: None) -> None:
 def test_pause__a_backend_that_is_not_a_jobs_backend_is_refused_and_nothing_recorded(
     pg: None,
 ) -> None:
-    immediate = {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}
+    immediate = {"BACKEND": f"{framework.MODULE}.backends.immediate.ImmediateBackend"}
     with (
         override_settings(TASKS={**settings.TASKS, "immediate": immediate}),
         pytest.raises(NotAJobsBackendError) as refused,
@@ -88,7 +88,7 @@ def test_pause__a_backend_that_is_not_a_jobs_backend_is_refused_and_nothing_reco
         control.pause_queue("default", actor="ops", backend="immediate")
 
     assert str(refused.value) == (
-        "TASKS['immediate'] uses django.tasks.backends.immediate.ImmediateBackend, "
+        f"TASKS['immediate'] uses {framework.MODULE}.backends.immediate.ImmediateBackend, "
         "not django_jobs.backend.JobsBackend or a subclass of it."
     )
     assert QueueEvent.objects.count() == 0

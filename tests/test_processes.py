@@ -146,6 +146,7 @@ def restart_postgres() -> None:
     )
 
 
+@pytest.mark.restarts_postgres
 def test_postgres_restart_while_draining_loses_no_job(pg: None, start_workers: Start) -> None:
     # 400 jobs of 0.1 s on 2 x 2 threads: about 10 s of work, so the restart
     # lands mid-drain whatever the engine's speed.

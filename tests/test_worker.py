@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from django.db import transaction
-from django.tasks import TaskResultStatus
 from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState
 from django_jobs.backend import jobs_backend
+from django_jobs.framework import TaskResultStatus
 from django_jobs.models import Job, Worker
 from django_jobs.values import WorkerIdentity
 from tests.conftest import WorkerProcess, wait_until

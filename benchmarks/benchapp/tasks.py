@@ -1,6 +1,5 @@
-from django.tasks import task
-
 from benchmarks.benchapp.latency import probe
+from django_jobs.framework import task
 
 __all__ = ["noop", "probe"]
 

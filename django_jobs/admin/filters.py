@@ -15,11 +15,11 @@ from django.contrib import admin
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.tasks import task_backends
 from django.utils.translation import gettext_lazy as _
 
 from .. import registry
 from ..backend import JobsBackend
+from ..framework import task_backends
 from ..models import Job
 from ..states import JobState
 

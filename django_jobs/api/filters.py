@@ -14,7 +14,6 @@ from typing import Any
 import django_filters
 from django import forms
 from django.db.models import QuerySet
-from django.tasks import TaskResultStatus
 from django.utils.timezone import is_naive
 from django_filters.fields import IsoDateTimeField
 from django_filters.rest_framework import DjangoFilterBackend
@@ -26,6 +25,8 @@ from rest_framework.views import APIView
 
 from django_jobs.models import Job
 from django_jobs.states import JobState, django_status
+
+from ..framework import TaskResultStatus
 
 # Parameters the pagination and the format override read, besides a view's filters.
 PAGINATION_PARAMETERS = ("cursor", "page_size")

@@ -31,7 +31,7 @@ SETTINGS: dict[str, Any] = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "django_jobs.states.JobState.choices",
         "AttemptOutcomeEnum": "django_jobs.states.AttemptOutcome.choices",
-        "TaskResultStatusEnum": "django.tasks.TaskResultStatus.choices",
+        "TaskResultStatusEnum": "django_jobs.framework.TaskResultStatus.choices",
     },
     "COMPONENT_SPLIT_REQUEST": True,
 }

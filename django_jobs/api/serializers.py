@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.tasks import TaskResultStatus
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -22,6 +21,8 @@ from django_jobs.dependencies import waits_for
 from django_jobs.models import Attempt, Job, JobEvent, Worker
 from django_jobs.states import AttemptOutcome, JobState, django_status
 from django_jobs.verbs import Verb
+
+from ..framework import TaskResultStatus
 
 NOTE_MAX_LENGTH = 2000
 

@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
 
 from django_jobs import registry
@@ -16,6 +15,7 @@ from django_jobs.backend import JobsBackend
 from django_jobs.models import Job
 from django_jobs.tasks import JobTask
 
+from ..framework import InvalidTask
 from . import render
 from .arguments import non_negative_float
 from .base import AddSubcommand, default_actor

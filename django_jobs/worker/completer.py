@@ -23,19 +23,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, transaction
-from django.tasks.base import TaskError
-from django.tasks.signals import task_finished
 from django.utils import timezone
 
+from ..framework import TaskError, task_finished
 from ..states import JobState, django_status
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
 from .running import Key, Running
 
 if TYPE_CHECKING:
-    from django.tasks.backends.base import BaseTaskBackend
-
     from ..engine.base import Engine
+    from ..framework import BaseTaskBackend
     from ..results import JobResult
 
 logger = logging.getLogger("django_jobs.worker")

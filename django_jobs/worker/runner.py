@@ -13,8 +13,6 @@ import traceback as tb
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from django.tasks.signals import task_started
-
 from .. import registry
 from ..attempt import AttemptControl
 from ..exceptions import (
@@ -25,6 +23,7 @@ from ..exceptions import (
     ResultTooLargeError,
     UnknownTaskError,
 )
+from ..framework import task_started
 from ..payload import check_result
 from ..results import JobResult
 from ..retry import Decision, Verdict
@@ -33,9 +32,8 @@ from ..tasks import JobContext
 from ..values import Claimed, Report
 
 if TYPE_CHECKING:
-    from django.tasks import Task
-
     from ..backend import JobsBackend
+    from ..framework import Task
 
 
 class TaskRunner:

@@ -1,15 +1,15 @@
 """The shop's background work, written against Django's own Tasks API.
 
-Nothing here imports django_jobs except for type hints: ``@task`` and
-``.enqueue()`` are Django's, and ``TASKS`` in settings sends them to django_jobs.
-The failures are deterministic so the demo always tells the same story.
+``@task`` is django_jobs', which is Django's ``@task`` typed with our retry
+options (and on Django 6.0, whose ``@task`` takes only its own options, the
+way to give them); ``.enqueue()`` is Django's, and ``TASKS`` in settings sends
+the jobs to django_jobs. The failures are deterministic so the demo always
+tells the same story.
 """
 
 import time
 
-from django.tasks import task
-
-from django_jobs.tasks import JobContext
+from django_jobs import JobContext, task
 
 from .models import Order, Receipt
 

@@ -9,9 +9,8 @@ import time
 from typing import Any
 
 from django.db import IntegrityError
-from django.tasks import task
 
-from django_jobs import RetryLater
+from django_jobs import RetryLater, task
 from django_jobs.tasks import JobContext
 
 from .models import Ledger, Probe

@@ -8,6 +8,8 @@ told; ``MINIMAL_API=0`` leaves the API out of the URLconf.
 
 import os
 
+import django
+
 SECRET_KEY = "minimal-project-not-secret"
 DEBUG = True
 ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
@@ -26,6 +28,8 @@ INSTALLED_APPS = [
         "rest_framework",
         "django_jobs",
         "minimal_project",
+        # Django 5.2 has django.tasks from the django-tasks backport, an app.
+        *(["django_tasks"] if django.VERSION < (6, 0) else []),
     ]
     if app not in _without
 ]

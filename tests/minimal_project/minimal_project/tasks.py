@@ -1,4 +1,4 @@
-from django.tasks import task
+from django_jobs import task
 
 
 @task()
