@@ -19,8 +19,25 @@ METRICS: dict[str, tuple[str, Callable[[dict[str, Any]], float | None]]] = {
     "w4_jobs_s": ("W4 backlog jobs/s", lambda r: r["w4"]["jobs_s"]),
     "w5_defaults_mb": ("W5 RSS MB (one proc)", lambda r: r["w2"]["defaults"]["peak_rss_mb"]),
     "w5_best_mb": ("W5 RSS MB (best, largest proc)", lambda r: r["w2"]["best"]["peak_rss_mb"]),
+    # Where W2 best's time goes (benchmarks/cost.py): CPU per job on each side.
+    "w2_best_worker_cpu_ms": (
+        "W2 best worker CPU ms/job",
+        lambda r: r["w2"]["best"]["worker_cpu_ms_per_job"],
+    ),
+    "w2_best_server_cpu_ms": (
+        "W2 best PostgreSQL CPU ms/job",
+        lambda r: r["w2"]["best"]["server_cpu_ms_per_job"],
+    ),
+    "w2_best_wal_bytes": ("W2 best WAL bytes/job", lambda r: r["w2"]["best"]["wal_bytes_per_job"]),
 }
-HIGHER_IS_BETTER = {"w3_p50_ms": False, "w3_p95_ms": False, "w5_defaults_mb": False}
+HIGHER_IS_BETTER = {
+    "w3_p50_ms": False,
+    "w3_p95_ms": False,
+    "w5_defaults_mb": False,
+    "w2_best_worker_cpu_ms": False,
+    "w2_best_server_cpu_ms": False,
+    "w2_best_wal_bytes": False,
+}
 DJANGO_PG_PEERS = ("procrastinate", "django-tasks-db", "django-ox", "django-q2")
 
 

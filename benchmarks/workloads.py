@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import pg, record
+from benchmarks.cost import CostMeter
 from benchmarks.peers.base import Peer, WorkerSetting
 from benchmarks.rss import PeakSampler
 
@@ -90,12 +91,13 @@ def drain(peer: Peer, setting: WorkerSetting, jobs: int, sizes: Sizes) -> dict[s
     started = time.time()
     workers = peer.start_workers(setting, drain=True)
     try:
-        with PeakSampler(workers.pids) as sampler:
+        with PeakSampler(workers.pids) as sampler, CostMeter(peer.db, workers.pids) as meter:
             last = peer.wait_drained(workers, sizes.drain_timeout)
             sampler.sample()
+            cost = meter.result(jobs)
     finally:
         workers.stop()
-    return {"jobs_s": jobs / (last - started), "peak_rss_mb": sampler.peak_mb}
+    return {"jobs_s": jobs / (last - started), "peak_rss_mb": sampler.peak_mb, **cost}
 
 
 def w2_drain(peer: Peer, sizes: Sizes) -> dict[str, Any]:
