@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
 
 from django_jobs.models import Attempt, Job, Lease
 from django_jobs.states import AttemptOutcome, JobState
@@ -205,3 +207,70 @@ def test_percentile__is_nearest_rank() -> None:
     values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
 
     assert [percentile(values, p) for p in (50, 95, 99)] == [5.0, 10.0, 10.0]
+
+
+URL = "/admin/django_jobs/job/dashboard/timeseries/"
+
+
+def staff(*codenames: str) -> Client:
+    user = User.objects.create_user(f"staff-{uuid.uuid4().hex[:6]}", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="django_jobs", codename__in=codenames)
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_timeseries_endpoint__sends_anonymous_visitors_to_the_login_page() -> None:
+    response = Client().get(URL)
+
+    assert (response.status_code, response["Location"]) == (302, f"/admin/login/?next={URL}")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_timeseries_endpoint__refuses_staff_who_may_not_view_jobs() -> None:
+    response = staff("view_worker").get(URL)
+
+    assert response.status_code == 403
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_timeseries_endpoint__answers_whoever_may_see_the_dashboard() -> None:
+    response = staff("view_job").get(URL)
+
+    body = response.json()
+    assert response.status_code == 200
+    assert "no-store" in response["Cache-Control"]
+    assert sorted(body) == [
+        "claims",
+        "depth",
+        "failed_jobs",
+        "latency",
+        "minutes",
+        "now",
+        "throughput",
+    ]
+    assert [len(body["depth"]), len(body["latency"]["p99"])] == [MINUTES, MINUTES]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        (
+            "?queue=nope",
+            "Unknown queue 'nope'; the configured queues are default, other.",
+        ),
+        ("?queues=default", "Unknown parameter queues; the only one is 'queue'."),
+    ],
+)
+def test_timeseries_endpoint__names_what_is_wrong_with_a_query(query: str, error: str) -> None:
+    response = staff("view_job").get(URL + query)
+
+    assert (response.status_code, response.json()) == (400, {"error": error})
