@@ -1,8 +1,9 @@
 """The last hour, minute by minute: throughput, failures, queue depth and pickup latency.
 
-One home for the dashboard's charts and the API's ``/queues/timeseries/``, so
-the two show the same numbers. Everything is read from rows the system
-already writes (jobs and their attempts); nothing samples or stores anything.
+The dashboard's charts read these numbers through the admin's timeseries view;
+another surface (the API, the CLI) should read them here too, so that they
+cannot drift. Everything is read from rows the system already writes (jobs and
+their attempts); nothing samples or stores anything.
 
 Buckets are whole clock minutes: the first starts 59 minutes before the
 current one, and the last is the current, partial, minute.

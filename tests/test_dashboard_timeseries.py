@@ -2,7 +2,7 @@
 
 The aggregation runs on both databases against the same known rows, with a
 fixed ``now``, and must give the same exact series; the endpoint answers only
-to who may see the dashboard, and the API's copy of the series agrees with it.
+to who may see the dashboard, and names what is wrong with a query.
 """
 
 from __future__ import annotations
