@@ -159,7 +159,7 @@ class Job(models.Model):
 class Attempt(models.Model):
     """One execution try of a job. History: never rewritten after it ends."""
 
-    # No index of its own: the unique (job, number) index leads with the job.
+    # No index of the job alone: the unique (job, number) index leads with it.
     job = models.ForeignKey(
         Job, on_delete=models.CASCADE, related_name="attempt_set", db_index=False
     )
@@ -182,6 +182,16 @@ class Attempt(models.Model):
 
     class Meta:
         ordering = ["job", "number"]
+        indexes = [
+            # The dashboard's charts: attempts that ended in the last hour.
+            # Partial, like django_jobs_finished_idx: the claim's insert skips
+            # it, and a running attempt gets its entry when it ends.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(finished_at__isnull=False),
+                name="django_jobs_attempt_ended_idx",
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["job", "number"], name="django_jobs_attempt_uniq"),
         ]

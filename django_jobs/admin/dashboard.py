@@ -11,6 +11,11 @@ that an index serves (live states through the partial claim/lease indexes,
 finished work through the ``finished_at`` index limited to the last hour).
 Nothing here counts the whole history, which is most of a production table.
 
+Above the tables, four charts of the last hour (``timeseries.py``: throughput,
+failures, due depth, pickup latency), drawn by ``django_jobs/charts.js`` from
+``timeseries_view``'s JSON, which the page polls every ``REFRESH_SECONDS``.
+The JSON answers to the dashboard's own permission.
+
 Each queue row has Pause/Resume (``pause_view``, permission
 ``django_jobs.pause_queue``, through ``control.pause_queue``). Schedules are
 listed soonest first, with when each fires next (at most ``SCHEDULES_SHOWN``;
@@ -30,11 +35,13 @@ from django.http import (
     HttpResponse,
     HttpResponseNotAllowed,
     HttpResponseRedirect,
+    JsonResponse,
 )
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .. import control
 from ..backend import jobs_backend
@@ -42,8 +49,11 @@ from ..exceptions import OperatorRequestError
 from ..models import Job, Schedule, Worker, leases_held, paused_queues
 from ..states import JobState
 from ..statistics import WINDOWS, QueueStats, queue_stats
+from ..timeseries import timeseries
 
 if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
     from .jobs import JobAdmin
 
 # States an operator must look at: they will not move on their own.
@@ -56,6 +66,67 @@ SHOWN_STATES = (
     *HELD_STATES,
 )
 SCHEDULES_SHOWN = 50
+# How often the open page asks for fresh charts: a minute bucket fills in a
+# dozen steps, and each ask costs a handful of indexed queries.
+REFRESH_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Chart:
+    key: str
+    title: StrOrPromise
+    # (key, label) per series, in the order charts.js stacks or draws them.
+    series: tuple[tuple[str, StrOrPromise], ...]
+    help: StrOrPromise
+
+
+# The words around each chart; charts.js draws the same keys.
+CHARTS = (
+    Chart(
+        "throughput",
+        gettext_lazy("Throughput: attempts ended per minute"),
+        (
+            ("succeeded", gettext_lazy("succeeded")),
+            ("retried", gettext_lazy("retried")),
+            ("failed", gettext_lazy("failed")),
+            ("cancelled", gettext_lazy("cancelled")),
+        ),
+        gettext_lazy(
+            "Retried: failed, timed out or lost, and the job runs again. Failed: the same, "
+            "and the job will not run again unless someone retries it."
+        ),
+    ),
+    Chart(
+        "failures",
+        gettext_lazy("Failures per minute"),
+        (
+            ("failed_attempts", gettext_lazy("failed attempts")),
+            ("failed_jobs", gettext_lazy("jobs failed")),
+        ),
+        gettext_lazy(
+            "Failed attempts: retried plus failed above. Jobs failed: jobs that ended "
+            "failed, exhausted or expired, as the failures column counts them."
+        ),
+    ),
+    Chart(
+        "depth",
+        gettext_lazy("Queue depth: due jobs waiting"),
+        (("depth", gettext_lazy("due jobs waiting")),),
+        gettext_lazy(
+            "At the end of each minute (the last point is now), rebuilt from when jobs became "
+            "due and were claimed; a retry's backoff counts as waiting."
+        ),
+    ),
+    Chart(
+        "latency",
+        gettext_lazy("Pickup latency: claim time minus due time"),
+        (("p50", gettext_lazy("p50")), ("p95", gettext_lazy("p95")), ("p99", gettext_lazy("p99"))),
+        gettext_lazy(
+            "Percentiles, in seconds, of the claims started in each minute; a gap is a "
+            "minute with no claim measured."
+        ),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -130,8 +201,36 @@ def view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
             ]
         ),
         "media": model_admin.media,
+        "timeseries_url": reverse("admin:django_jobs_dashboard_timeseries"),
+        "charts": CHARTS,
+        "refresh_seconds": REFRESH_SECONDS,
     }
     return TemplateResponse(request, "django_jobs/admin/dashboard.html", context)
+
+
+def timeseries_view(model_admin: JobAdmin, request: HttpRequest) -> JsonResponse:
+    """The charts' numbers as JSON; ``?queue=NAME`` limits them to one queue."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    if request.method != "GET":
+        return JsonResponse({"error": "Only GET is allowed here."}, status=405)
+    unknown = sorted(set(request.GET) - {"queue"})
+    if unknown:
+        return JsonResponse(
+            {"error": f"Unknown parameter {', '.join(unknown)}; the only one is 'queue'."},
+            status=400,
+        )
+    backend = jobs_backend("default")
+    queue = request.GET.get("queue")
+    if queue is not None and backend.queues and queue not in backend.queues:
+        configured = ", ".join(sorted(backend.queues))
+        return JsonResponse(
+            {"error": f"Unknown queue {queue!r}; the configured queues are {configured}."},
+            status=400,
+        )
+    # admin_view marks it never_cache: a poll never reads a stale copy.
+    series = timeseries(Job.objects.using(backend.db), timezone.now(), queue=queue)
+    return JsonResponse(series.as_json())
 
 
 def pause_view(model_admin: JobAdmin, request: HttpRequest, queue: str) -> HttpResponse:

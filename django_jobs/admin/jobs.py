@@ -22,7 +22,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -448,6 +448,11 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         return [
             path("dashboard/", wrap(self.dashboard_view), name="django_jobs_dashboard"),
             path(
+                "dashboard/timeseries/",
+                wrap(self.timeseries_view),
+                name="django_jobs_dashboard_timeseries",
+            ),
+            path(
                 "dashboard/queue/<str:queue>/pause/",
                 wrap(self.pause_view),
                 name="django_jobs_queue_pause",
@@ -465,6 +470,9 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     def dashboard_view(self, request: HttpRequest) -> TemplateResponse:
         return dashboard.view(self, request)
+
+    def timeseries_view(self, request: HttpRequest) -> JsonResponse:
+        return dashboard.timeseries_view(self, request)
 
     def pause_view(self, request: HttpRequest, queue: str) -> HttpResponse:
         return dashboard.pause_view(self, request, queue)
