@@ -8,6 +8,8 @@ fixtures are tested by running pytest on a tiny test module (``pytester``).
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -507,3 +509,27 @@ def test_pytest_plugin__imports_no_pytest_at_package_import(tmp_path: Path) -> N
     )
 
     assert done.stdout.strip() == "imported", done.stderr
+
+
+# -- the examples of docs/testing.md ---------------------------------------------------
+
+EXAMPLES = ROOT / "docs" / "examples" / "testing"
+EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
+
+
+def test_docs__testing_page_shows_each_example_file_verbatim() -> None:
+    page = (ROOT / "docs" / "testing.md").read_text()
+
+    shown = {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(page)}
+
+    assert shown == {path.name: path.read_text() for path in sorted(EXAMPLES.glob("*.py"))}
+
+
+def test_docs__testing_examples_pass_in_a_users_project(tmp_path: Path) -> None:
+    for path in EXAMPLES.glob("*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    env = user_env(PYTHONPATH=str(ROOT), DATABASE_URL=f"sqlite:///{tmp_path / 'unused.db'}")
+
+    done = run_pytest(tmp_path, "-p", "django_jobs.pytest_plugin", "--ds=tests.settings", env=env)
+
+    assert done.stdout.splitlines()[-1].startswith("7 passed"), done.stdout + done.stderr
