@@ -1,7 +1,6 @@
 from datetime import timedelta
 
 from django.utils import timezone
-
 from receipts import checkout, email_receipt, render_receipt
 
 

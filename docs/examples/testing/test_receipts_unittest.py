@@ -1,8 +1,7 @@
 from django.test import TestCase, TransactionTestCase
+from receipts import checkout, email_receipt, render_receipt
 
 from django_jobs.testing import assert_enqueued, assert_not_enqueued, captured_jobs, drain
-
-from receipts import checkout, email_receipt, render_receipt
 
 
 class CheckoutTests(TestCase):
