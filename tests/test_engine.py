@@ -8,6 +8,7 @@ locks across processes) are in ``test_engine_postgres.py``.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -193,6 +194,16 @@ def test_claim__orders_by_priority_then_age_and_skips_future_jobs(alias: str) ->
     make_job(alias, priority=100, queue="other")
     claimed = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
     assert [c.job_id for c in claimed] == [old_high.id, new_high.id, old_low.id]
+
+
+def test_claim__in_a_long_transaction_takes_jobs_due_since_it_began(alias: str) -> None:
+    """As inside a TestCase: the claim reads the statement's clock, not the transaction's."""
+    with transaction.atomic(using=alias):
+        Job.objects.using(alias).count()  # the transaction has begun
+        time.sleep(0.05)  # the job becomes due only after it began
+        job = make_job(alias, run_after_seconds=0)
+        claimed = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    assert [c.job_id for c in claimed] == [job.id]
 
 
 def test_claim__writes_attempt_and_lease_with_the_attempt_number_as_token(alias: str) -> None:

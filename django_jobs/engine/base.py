@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from django.db import transaction
 
@@ -42,7 +42,7 @@ from ..fairness import Head
 from ..models import Job
 from ..states import Transition
 from ..values import Claimed, Finished, Progress, Renewed, Report, WorkerIdentity
-from . import completion, flow, leases, operator, presence
+from . import completion, due, flow, leases, operator, presence
 
 Held = tuple[uuid.UUID, int]  # (job id, lease token): one attempt this worker runs
 
@@ -129,6 +129,12 @@ class Engine(ABC):
     def idle(self, queues: Sequence[str]) -> bool:
         """No job of ``queues`` is queued or leased: a burst worker may exit."""
         return presence.idle(self.db, queues)
+
+    def bring_forward(
+        self, queues: Sequence[str], only: Collection[uuid.UUID] | None = None
+    ) -> int:
+        """Make the queued jobs due soonest (of ``only``, if given) due now (``due.py``)."""
+        return due.bring_forward(self.db, queues, only)
 
     # -- the completer -------------------------------------------------------
 

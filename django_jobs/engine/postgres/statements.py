@@ -27,7 +27,11 @@ def _states(transition: Transition) -> str:
 # subquery more than once and update more rows than the limit. Locking in a
 # CTE evaluates it exactly once. The WHERE/ORDER BY match the partial index
 # django_jobs_claim_idx (queue, priority DESC, run_after) WHERE state='queued'.
-# now() is the transaction's start, the same instant for every row and lease.
+# statement_timestamp() is the clock of every statement here, as it is of the
+# ORM's Now() (guards.ready): one instant for every row and lease of a
+# statement, and a job enqueued after its transaction began is due at once —
+# inside a test's transaction (django_jobs.testing) too, where now() would
+# stay at the test's start and leave every job enqueued since not yet due.
 _PICK_PLAIN = f"""
     SELECT head.id, head.state
     FROM unnest(%(queues)s::text[]) AS wanted(queue)
@@ -41,8 +45,8 @@ _PICK_PLAIN = f"""
         FROM django_jobs_job
         WHERE state = '{JobState.QUEUED}'
           AND queue = wanted.queue
-          AND run_after <= now()
-          AND (expires_at IS NULL OR expires_at > now())
+          AND run_after <= statement_timestamp()
+          AND (expires_at IS NULL OR expires_at > statement_timestamp())
         ORDER BY priority DESC, run_after
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -83,8 +87,8 @@ _PICK_FAIR = f"""
             FROM django_jobs_job AS job
             WHERE job.state = '{JobState.QUEUED}' AND job.queue = %(queue)s
               AND job.tenant = tenants.tenant
-              AND job.run_after <= now()
-              AND (job.expires_at IS NULL OR job.expires_at > now())
+              AND job.run_after <= statement_timestamp()
+              AND (job.expires_at IS NULL OR job.expires_at > statement_timestamp())
             ORDER BY job.priority DESC, job.run_after
             LIMIT 2 * %(limit)s
         ) AS head
@@ -143,8 +147,8 @@ def _claim_rest(*carried: str) -> str:
     UPDATE django_jobs_job AS job
     SET state = '{TRANSITIONS[Transition.CLAIM].target}',
         attempts = job.attempts + 1,
-        started_at = COALESCE(job.started_at, now()),
-        updated_at = now()
+        started_at = COALESCE(job.started_at, statement_timestamp()),
+        updated_at = statement_timestamp()
     FROM picked
     -- The compare-and-set is on the state read under the row lock we hold
     -- (picked.state), not on job.state: a condition on job.state would let
@@ -164,14 +168,15 @@ def _claim_rest(*carried: str) -> str:
     INSERT INTO django_jobs_attempt
         (id, job_id, number, worker_id, worker_name, outcome, started_at,
          error_type, error_message, traceback)
-    SELECT attempt_id, id, attempts, %(worker_id)s, %(worker_name)s, 'running', now(),
+    SELECT attempt_id, id, attempts, %(worker_id)s, %(worker_name)s, 'running',
+           statement_timestamp(),
            '', '', ''
     FROM claimed
 ), lease AS (
     INSERT INTO django_jobs_lease
         (job_id, attempt_id, token, worker_id, acquired_at, renewed_at, expires_at)
-    SELECT id, attempt_id, attempts, %(worker_id)s, now(), now(),
-           now() + make_interval(secs => %(lease_seconds)s)
+    SELECT id, attempt_id, attempts, %(worker_id)s, statement_timestamp(), statement_timestamp(),
+           statement_timestamp() + make_interval(secs => %(lease_seconds)s)
     FROM claimed
 )
 -- The inserts above run to completion whether or not anything reads them.
@@ -179,7 +184,7 @@ SELECT claimed.id AS job_id, claimed.attempt_id, claimed.attempts AS token,
        claimed.task_name, claimed.args, claimed.kwargs, claimed.queue, claimed.priority,
        claimed.max_attempts, claimed.timeout, claimed.tenant, claimed.idempotency_key,
        claimed.backend, claimed.enqueued_at, claimed.started_at,
-       now() + make_interval(secs => %(lease_seconds)s) AS lease_expires_at,
+       statement_timestamp() + make_interval(secs => %(lease_seconds)s) AS lease_expires_at,
        claimed.lost_streak{to_result}
 FROM claimed
 ORDER BY claimed.priority DESC, claimed.run_after
@@ -205,7 +210,7 @@ INSERT INTO django_jobs_fairclock AS clock
 SELECT %(queue)s, served.tenant,
        served.base + (served.n - 1) / served.weight,
        served.base + served.n / served.weight,
-       served.n, served.weight, now()
+       served.n, served.weight, statement_timestamp()
 FROM unnest(%(tenants)s::text[], %(counts)s::bigint[], %(bases)s::float8[],
             %(weights)s::float8[]) AS served(tenant, n, base, weight)
 CROSS JOIN relaxed
@@ -245,8 +250,8 @@ WITH report AS (
     UPDATE django_jobs_job AS job
     SET state = '{TRANSITIONS[Transition.COMPLETE].target}',
         result = report.result,
-        finished_at = now(),
-        updated_at = now(),
+        finished_at = statement_timestamp(),
+        updated_at = statement_timestamp(),
         last_error = '',
         lost_streak = 0
     FROM ended JOIN report ON report.job_id = ended.job_id
@@ -265,9 +270,9 @@ WITH report AS (
                      THEN '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}'
                      ELSE waiting.state END,
         run_after = CASE WHEN waiting.waiting_on = met.n
-                         THEN greatest(waiting.run_after, now())
+                         THEN greatest(waiting.run_after, statement_timestamp())
                          ELSE waiting.run_after END,
-        updated_at = now()
+        updated_at = statement_timestamp()
     FROM (
         SELECT dependency.job_id, count(*) AS n
         FROM django_jobs_dependency AS dependency
@@ -286,7 +291,7 @@ WITH report AS (
           WHERE state = '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}') AS queued
 ), attempt AS (
     UPDATE django_jobs_attempt AS attempt
-    SET outcome = 'succeeded', finished_at = now()
+    SET outcome = 'succeeded', finished_at = statement_timestamp()
     FROM ended
     WHERE attempt.id = ended.attempt_id AND attempt.outcome = 'running'
     RETURNING attempt.id
@@ -319,8 +324,8 @@ CROSS JOIN LATERAL (
     SELECT id, priority, run_after, concurrency_key
     FROM django_jobs_job AS job
     WHERE job.state = %(state)s AND job.queue = %(queue)s AND job.tenant = tenants.tenant
-      AND job.run_after <= now()
-      AND (job.expires_at IS NULL OR job.expires_at > now())
+      AND job.run_after <= statement_timestamp()
+      AND (job.expires_at IS NULL OR job.expires_at > statement_timestamp())
       -- keys already at their limit (limits.KeyCounts.at_limit)
       AND (job.concurrency_key IS NULL OR job.concurrency_key <> ALL(%(blocked)s::text[]))
     ORDER BY job.priority DESC, job.run_after
