@@ -18,7 +18,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.tasks.signals import task_finished
 from django.utils import timezone
 
 from django_jobs import (
@@ -28,6 +27,7 @@ from django_jobs import (
     PayloadTooLargeError,
     UnknownQueueError,
 )
+from django_jobs.framework import task_finished
 from django_jobs.models import Job
 from django_jobs.testing import (
     DrainLimitError,

@@ -21,8 +21,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
-from django.tasks import Task
-
+from ..framework import Task
 from ..models import Job
 from ..results import JobResult
 from .assertions import assert_enqueued, assert_not_enqueued, enqueued_jobs

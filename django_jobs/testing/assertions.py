@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.tasks import Task
-
 from ..backend import jobs_backend
+from ..framework import Task
 from ..models import Job
 from ..states import JobState
 
