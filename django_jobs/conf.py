@@ -102,6 +102,10 @@ class JobsOptions:
     SCHEDULER_SECONDS: float = 1.0
     # A tick found later than this is "missed": policy "skip" drops it.
     SCHEDULE_GRACE_SECONDS: float = 60.0
+    # A job whose task this worker does not have is postponed, not failed, for
+    # this many seconds after it was enqueued: a rolling deploy's old workers
+    # leave new tasks to the new ones (docs/workers.md#rolling-deploys). 0: fail at once.
+    UNKNOWN_TASK_GRACE: float = 300.0
 
     def constrained(self, queue: str) -> bool:
         """Whether claims from this queue go through the per-queue flow-control path."""
@@ -176,6 +180,8 @@ class JobsOptions:
         ):
             if getattr(self, name) <= 0:
                 raise _bad(f"{where}[{name!r}] must be positive.")
+        if self.UNKNOWN_TASK_GRACE < 0:
+            raise _bad(f"{where}['UNKNOWN_TASK_GRACE'] must not be negative.")
         if self.HEARTBEAT_SECONDS * 2 > self.LEASE_SECONDS:
             raise _bad(
                 f"{where}: HEARTBEAT_SECONDS ({self.HEARTBEAT_SECONDS}) must be at most half "

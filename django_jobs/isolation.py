@@ -45,7 +45,7 @@ def _child(backend: str, worker_id: uuid.UUID, claimed: dict[str, Any], pipe: Co
     registry.discover(jobs.settings.TASK_MODULES)
     attempt = Claimed(**claimed)
     report = TaskRunner(jobs, worker_id).run(attempt, AttemptControl(attempt.timeout))
-    pipe.send(report)
+    pipe.send(report.portable())
     pipe.close()
     connections.close_all()
 

@@ -46,6 +46,10 @@ class Verdict(StrEnum):
     RETRY = "retry"
     EXHAUSTED = "exhausted"  # retryable, but no attempt is left
     GIVE_UP = "give_up"  # permanent: do not retry whatever the budget
+    # Run it later without spending an attempt of its budget (max_attempts
+    # grows by one, as Oban's snooze does): the attempt could not start, e.g.
+    # this worker does not have the task yet during a rolling deploy.
+    POSTPONE = "postpone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,24 @@ class RetryPolicy:
         if attempt >= self.max_attempts:
             return Decision(Verdict.EXHAUSTED)
         return Decision(Verdict.RETRY, self.backoff.delay(attempt, rand))
+
+
+def unknown_task_decision(
+    waited: float,
+    grace: float,
+    backoff: Backoff,
+    attempt: int,
+    rand: Callable[[], float] = random.random,
+) -> Decision:
+    """What to do with a job whose task this worker does not have, ``waited`` s after enqueue.
+
+    Within ``grace`` it is postponed with backoff (never past the end of the
+    grace, so the last look is made when it ends); after it, it fails for good.
+    """
+    left = grace - waited
+    if left <= 0:
+        return Decision(Verdict.GIVE_UP)
+    return Decision(Verdict.POSTPONE, min(left, backoff.delay(attempt, rand)))
 
 
 def budget_window(now: datetime, window: float) -> datetime:

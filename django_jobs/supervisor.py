@@ -18,6 +18,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,7 +28,10 @@ from types import FrameType
 from django.db import DatabaseError, connections
 
 from .backend import jobs_backend
+from .health import database_problem
+from .probes import ProbeServer
 from .worker import RECYCLE_EXIT_CODE, WorkerConfig, run_worker
+from .worker.pulse import Pulse
 
 logger = logging.getLogger("django_jobs.supervisor")
 
@@ -38,16 +42,17 @@ _MAX_RESTART_DELAY = 30.0
 class _Slot:
     number: int
     process: BaseProcess | None = None
+    pulse: Pulse = field(default_factory=Pulse)  # read by the health probe's /livez
     worker_id: uuid.UUID = field(default_factory=uuid.uuid4)
     started: float = 0.0
     restart_delay: float = 0.0
     restart_at: float = 0.0
 
 
-def _child_main(config: WorkerConfig, worker_id: uuid.UUID) -> None:
+def _child_main(config: WorkerConfig, worker_id: uuid.UUID, pulse: Pulse) -> None:
     # Ctrl-C reaches the whole process group; the supervisor relays it as
     # SIGTERM, so the child must not count it as a second stop request.
-    exit_code = run_worker(config, worker_id, handle_sigint=False)
+    exit_code = run_worker(config, worker_id, handle_sigint=False, pulse=pulse)
     # Exit now, without joining job threads: a job still running after the
     # grace period has had its lease released and must not hold the process.
     logging.shutdown()
@@ -55,16 +60,56 @@ def _child_main(config: WorkerConfig, worker_id: uuid.UUID) -> None:
 
 
 class Supervisor:
-    def __init__(self, config: WorkerConfig, processes: int) -> None:
+    def __init__(
+        self, config: WorkerConfig, processes: int, health_port: int | None = None
+    ) -> None:
+        """Raises OSError if ``health_port`` cannot be served, before any worker starts."""
         if processes < 1:
             raise ValueError("processes must be at least 1.")
         backend = jobs_backend(config.backend)
         self.engine = backend.engine
         self.grace = backend.settings.SHUTDOWN_GRACE_SECONDS
+        self.stall_after = backend.settings.WORKER_STALE_SECONDS
         self.config = config
+        self.processes = processes
         self.slots = [_Slot(number) for number in range(processes)]
         self.context = multiprocessing.get_context("fork")
         self.stop_requests = 0
+        # Held while forking, and by a readiness check while its connection is
+        # open: no child may inherit a socket that another thread is using.
+        self._forking = threading.Lock()
+        self.probes = (
+            None
+            if health_port is None
+            else ProbeServer(health_port, {"/livez": self.liveness, "/readyz": self.readiness})
+        )
+
+    def liveness(self) -> str | None:
+        """Why some worker process is not live (its loops stopped turning), or None.
+
+        A slot between two processes (one died, the next is due) is not
+        stalled: the supervisor is handling it, and readiness tells whether
+        any worker is up meanwhile.
+        """
+        for slot in list(self.slots):
+            process = slot.process
+            if process is not None and (stall := slot.pulse.stalled(self.stall_after)):
+                return f"worker process {process.pid} (slot {slot.number}): {stall}"
+        return None
+
+    def readiness(self) -> str | None:
+        """Why this runworkers cannot take work (database, no worker process up), or None."""
+        if self.stop_requests:
+            return "shutting down"
+        # Only the main loop joins children (is_alive() would reap them under it).
+        if all(slot.process is None for slot in self.slots):
+            return "no worker process is running"
+        with self._forking:
+            try:
+                return database_problem(self.engine.db)
+            finally:
+                # This request's thread ends now; its connection must not outlive it.
+                connections[self.engine.db].close()
 
     def run(self) -> int:
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -72,7 +117,33 @@ class Supervisor:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        logger.info("Supervisor %d starting %d worker process(es)", os.getpid(), len(self.slots))
+        self._log_start()
+        if self.probes is not None:
+            self.probes.start()
+        try:
+            return self._supervise()
+        finally:
+            if self.probes is not None:
+                self.probes.stop()
+
+    def _log_start(self) -> None:
+        config = self.config
+        logger.info(
+            "Supervisor %d starting %d worker process(es) for backend %s: queues=%s "
+            "concurrency=%d%s%s%s; shutdown grace %gs.",
+            os.getpid(),
+            self.processes,
+            config.backend,
+            ",".join(config.queues) or "all",
+            config.concurrency,
+            " burst" if config.burst else "",
+            f" max_jobs={config.max_jobs}" if config.max_jobs is not None else "",
+            f" max_memory_mb={config.max_memory_mb}" if config.max_memory_mb is not None else "",
+            self.grace,
+            extra={"backend": config.backend, "processes": self.processes},
+        )
+
+    def _supervise(self) -> int:
         for slot in self.slots:
             self._spawn(slot)
         relayed = 0
@@ -101,12 +172,15 @@ class Supervisor:
     def _spawn(self, slot: _Slot) -> None:
         connections.close_all()
         slot.worker_id = uuid.uuid4()
-        slot.process = self.context.Process(
+        slot.pulse.reset()
+        process = self.context.Process(
             target=_child_main,
-            args=(self.config, slot.worker_id),
+            args=(self.config, slot.worker_id, slot.pulse),
             name=f"django-jobs-worker-{slot.number}",
         )
-        slot.process.start()
+        with self._forking:
+            process.start()
+        slot.process = process
         slot.started = time.monotonic()
         slot.restart_at = 0.0
 

@@ -11,6 +11,7 @@ pipe.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,6 +67,13 @@ class Report:
     traceback: str = ""
     decision: Decision | None = None  # for failures: what the retry policy said
     progress: Progress | None = None  # the last progress the task set, if unwritten
+    # The exception itself, so the completer can log it with its traceback
+    # (``exc_info``); only in the process that caught it: never pickled.
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+    def portable(self) -> Report:
+        """This report without the live exception, to send to another process."""
+        return dataclasses.replace(self, exception=None)
 
     def as_late_report(self) -> dict[str, Any]:
         return {

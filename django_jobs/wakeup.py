@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 
 from django.db import connections
@@ -16,6 +17,14 @@ from django.db import connections
 logger = logging.getLogger("django_jobs.wakeup")
 
 CHANNEL = "django_jobs"
+# The listener's connection names itself after its worker, so ``jobs health``
+# can see in pg_stat_activity which workers have a live LISTEN connection.
+LISTENER_PREFIX = "django_jobs listen "
+
+
+def listener_name(worker_id: uuid.UUID) -> str:
+    """The ``application_name`` of a worker's LISTEN connection (PostgreSQL keeps 63 bytes)."""
+    return f"{LISTENER_PREFIX}{worker_id}"
 
 
 class Listener(threading.Thread):
@@ -31,25 +40,34 @@ class Listener(threading.Thread):
         queues: Iterable[str],
         on_wake: Callable[[], None],
         stopping: threading.Event,
+        application_name: str,
     ) -> None:
         super().__init__(name="django-jobs-listener", daemon=True)
         self.db = db
         self.queues = frozenset(queues)
         self.on_wake = on_wake
         self.stopping = stopping
+        self.application_name = application_name
         self.connected = threading.Event()
 
     def run(self) -> None:
         import psycopg
 
         delay = 0.2
+        failed = False
         while not self.stopping.is_set():
             try:
                 wrapper = connections[self.db]
-                params = wrapper.get_connection_params()
+                params = {
+                    **wrapper.get_connection_params(),
+                    "application_name": self.application_name,
+                }
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.connected.set()
+                    if failed:
+                        logger.warning("LISTEN connection is back; wake-ups resume.")
+                        failed = False
                     # Anything enqueued while we were not listening is found by this poke.
                     self.on_wake()
                     delay = 0.2
@@ -59,6 +77,7 @@ class Listener(threading.Thread):
                                 self.on_wake()
             except Exception as exc:
                 self.connected.clear()
+                failed = True
                 logger.warning("LISTEN connection failed (%s); retrying in %.1fs", exc, delay)
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 5.0)

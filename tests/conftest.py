@@ -214,18 +214,24 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
         time.sleep(interval)
 
 
+def subprocess_env() -> dict[str, str]:
+    """The environment of a ``manage.py`` subprocess that works on this test's databases."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DJANGO_JOBS_TEST_SQLITE": str(settings.DATABASES["sqlite"]["NAME"]),
+    }
+    if connections["default"].vendor == "postgresql":
+        env["DJANGO_JOBS_TEST_DB"] = str(connections["default"].settings_dict["NAME"])
+    return env
+
+
 class WorkerProcess:
     """A real ``manage.py runworkers`` process group, started by a test."""
 
     def __init__(self, args: list[str], log: Path) -> None:
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DJANGO_JOBS_TEST_SQLITE": str(settings.DATABASES["sqlite"]["NAME"]),
-        }
-        if connections["default"].vendor == "postgresql":
-            env["DJANGO_JOBS_TEST_DB"] = str(connections["default"].settings_dict["NAME"])
+        env = subprocess_env()
         self.log = log
         self._log_file = log.open("ab")
         self.process = subprocess.Popen(

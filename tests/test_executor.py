@@ -136,8 +136,24 @@ def test_executor__a_failure_carries_the_retry_policys_decision(harness: Harness
     assert given_up.decision is not None and given_up.decision.verdict is Verdict.GIVE_UP
 
 
-def test_executor__an_unknown_task_is_not_run_and_gives_up(harness: Harness) -> None:
+def test_executor__an_unknown_task_is_not_run_and_is_postponed_within_its_grace(
+    harness: Harness,
+) -> None:
     claimed = dataclasses.replace(claim_of(tasks.add), task_name="os.system")
+    outcome = run(harness, claimed)
+    assert isinstance(outcome, Report) and outcome.decision is not None
+    assert (outcome.outcome, outcome.error_type, outcome.decision.verdict) == (
+        AttemptOutcome.FAILED,
+        "django_jobs.exceptions.UnknownTaskError",
+        Verdict.POSTPONE,
+    )
+
+
+def test_executor__an_unknown_task_past_its_grace_is_not_run_and_gives_up(
+    harness: Harness,
+) -> None:
+    long_ago = timezone.now() - timedelta(hours=1)  # UNKNOWN_TASK_GRACE is 300s
+    claimed = dataclasses.replace(claim_of(tasks.add), task_name="os.system", enqueued_at=long_ago)
     outcome = run(harness, claimed)
     assert isinstance(outcome, Report) and outcome.decision is not None
     assert (outcome.outcome, outcome.error_type, outcome.decision.verdict) == (
@@ -145,6 +161,7 @@ def test_executor__an_unknown_task_is_not_run_and_gives_up(harness: Harness) -> 
         "django_jobs.exceptions.UnknownTaskError",
         Verdict.GIVE_UP,
     )
+    assert "failed for good" in outcome.error_message
 
 
 def test_executor__a_thread_past_its_timeout_is_stopped_and_times_out(harness: Harness) -> None:

@@ -24,6 +24,7 @@ from django_jobs.values import Claimed, Report, WorkerIdentity
 from django_jobs.worker.completer import Completer
 from django_jobs.worker.faults import Faults
 from django_jobs.worker.lifeline import Lifeline
+from django_jobs.worker.pulse import Pulse
 from django_jobs.worker.running import Running
 from tests.testapp import tasks
 
@@ -40,14 +41,22 @@ class Setup:
         )
         self.running = Running()
         self.stopping, self.hurry = threading.Event(), threading.Event()
+        faults = Faults(self.engine.db, self.stopping)
         self.lifeline = Lifeline(
-            self.engine, self.me.id, self.running, backend.settings, self.stopping, self.hurry
+            self.engine,
+            self.me.id,
+            self.running,
+            backend.settings,
+            self.stopping,
+            self.hurry,
+            faults,
+            Pulse(),
         )
         self.completer = Completer(
             self.engine,
             self.me.id,
             self.running,
-            Faults(self.engine.db, self.stopping),
+            faults,
             sender=type(backend),
             on_retry=lambda due: None,
         )
@@ -80,9 +89,11 @@ def test_lifeline__a_lost_lease_is_noticed_once_and_forgotten_when_its_attempt_e
         setup.lifeline.beat()
         setup.lifeline.beat()
     assert setup.lifeline.lost_leases == {(lost.job_id, lost.token)}
-    warnings = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if "lost its lease" in r.getMessage()]
     assert warnings == [
-        f"Lease on job {lost.job_id} attempt 1 was lost; its outcome will not count."
+        f"Job {lost.job_id} (tests.testapp.tasks.add, queue default) attempt 1 lost its "
+        "lease (reaped or released while it ran): it may run again elsewhere, and its "
+        "outcome here will not count."
     ]
     # The attempt ends: its late report is written (and kept aside), and it leaves.
     setup.completer.submit(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,8 @@ def test_worker__refuses_a_row_naming_an_unregistered_path(
         args=[f"touch {marker}"],
         max_attempts=3,
         run_after=now,
-        enqueued_at=now,
+        # Past UNKNOWN_TASK_GRACE, so it fails at once instead of being postponed.
+        enqueued_at=now - timedelta(hours=1),
         updated_at=now,
     )
     run_burst()

@@ -76,10 +76,17 @@ def finish(
                 job_changes.update(result=report.result, finished_at=now, last_error="")
             else:
                 job_changes["last_error"] = short_error(report)
-                if transition is Transition.SCHEDULE_RETRY and report.decision is not None:
-                    job_changes["run_after"] = retry_at(
-                        db, job.queue, now, report.decision.delay, rules.RETRY_BUDGET
-                    )
+                decision = report.decision
+                if transition is Transition.SCHEDULE_RETRY and decision is not None:
+                    if decision.verdict is Verdict.POSTPONE:
+                        # The task could not start: not a failure to ration with
+                        # the retry budget, and the attempt goes back to the budget.
+                        job_changes["run_after"] = now + timedelta(seconds=decision.delay)
+                        job_changes["max_attempts"] = F("max_attempts") + 1
+                    else:
+                        job_changes["run_after"] = retry_at(
+                            db, job.queue, now, decision.delay, rules.RETRY_BUDGET
+                        )
                 else:
                     job_changes["finished_at"] = now
             changed = (
@@ -133,6 +140,7 @@ def transition_for(report: Report, state: str) -> Transition:
         raise ValueError("a failure report needs the retry policy's decision")
     return {
         Verdict.RETRY: Transition.SCHEDULE_RETRY,
+        Verdict.POSTPONE: Transition.SCHEDULE_RETRY,
         Verdict.EXHAUSTED: Transition.EXHAUST,
         Verdict.GIVE_UP: Transition.FAIL,
     }[report.decision.verdict]

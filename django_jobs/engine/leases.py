@@ -24,6 +24,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..exceptions import LeaseLostError
+from ..logging import job_fields
 from ..models import Attempt, Job, Lease, Worker
 from ..signals import send_on_commit
 from ..states import TRANSITIONS, AttemptOutcome, JobState, Transition
@@ -206,12 +207,23 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
             # Commit-time wake-up, so an idle worker re-runs it without waiting a poll.
             wake_on_commit(db, job.queue)
         send_on_commit(db, job.id, transition, job.state, target(transition), note=note)
-        logger.warning(
-            "Attempt %s of job %s lost (%s); job %s",
-            lease.token,
+        # Exhausted or held: someone must look. Requeued: it runs again by itself.
+        held = transition in (Transition.REAP_EXHAUST, Transition.POISON)
+        logger.log(
+            logging.ERROR if held else logging.WARNING,
+            "Job %s (%s, queue %s) attempt %d lost (%s); job %s%s",
             job.id,
+            job.task_name,
+            job.queue,
+            lease.token,
             reason,
             target(transition),
+            f": {note}" if transition is Transition.POISON else "",
+            extra={
+                **job_fields(job.id, job.task_name, job.queue, lease.token),
+                "outcome": str(AttemptOutcome.LOST),
+                "state": str(target(transition)),
+            },
         )
     Lease.objects.using(db).filter(job_id__in=[lease.job_id for lease in leases]).delete()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import queue
 import time
 import uuid
@@ -29,18 +28,31 @@ from ..framework import TaskError, task_finished
 from ..states import JobState, django_status
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
-from .running import Key, Running
+from .outcome_logs import log_applied, log_stale
+from .running import Key, Running, RunningAttempt
 
 if TYPE_CHECKING:
     from ..engine.base import Engine
     from ..framework import BaseTaskBackend
     from ..results import JobResult
 
-logger = logging.getLogger("django_jobs.worker")
-
 
 def _key(outcome: Outcome) -> Key:
     return (outcome.job_id, outcome.token)
+
+
+def _log(done: Finished, ended: dict[Key, RunningAttempt]) -> None:
+    """Log what became of each written report.
+
+    An attempt missing from ``ended`` was released at shutdown, and logged as
+    lost then.
+    """
+    for report in done.stale:
+        if (attempt := ended.get(_key(report))) is not None:
+            log_stale(report, attempt.claimed)
+    for report, state in done.applied:
+        if (attempt := ended.get(_key(report))) is not None:
+            log_applied(report, state, attempt.claimed)
 
 
 class Completer:
@@ -113,6 +125,7 @@ class Completer:
         except DatabaseError as exc:
             self.faults.fault("report and claim", exc)
             return otherwise
+        self.faults.recovered()
         self._pending = self._pending[len(batch) :]
         self._written(batch, reports, done)
         return got
@@ -122,20 +135,15 @@ class Completer:
         if not self._held:
             return
         reports = list(self._held)
-        self.faults.retry(lambda: self.engine.finish(self.worker_id, reports), tries=10)
-        self.running.end(_key(report) for report in reports)
+        done = self.faults.retry(lambda: self.engine.finish(self.worker_id, reports), tries=10)
+        ended = self.running.end(_key(report) for report in reports)
+        if done is not None:
+            _log(done, ended)
 
     def _written(self, batch: list[Outcome], reports: list[Report], done: Finished) -> None:
         ended = self.running.end(_key(outcome) for outcome in batch)
         self.jobs_done += len(reports)
-        for report in done.stale:
-            logger.warning(
-                "Late report for job %s attempt %d (%s) ignored: the lease was lost; "
-                "kept on the attempt.",
-                report.job_id,
-                report.token,
-                report.outcome,
-            )
+        _log(done, ended)
         for report, state in done.applied:
             if state is JobState.QUEUED and report.decision is not None:
                 self.on_retry(time.monotonic() + report.decision.delay)

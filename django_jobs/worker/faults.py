@@ -3,6 +3,12 @@
 Each step that hits the database catches ``DatabaseError``, drops the broken
 connection (Django would keep handing it out) and tries again after 0.5 to 1 s,
 cut short when the worker stops.
+
+An outage is logged as one, not once per try: a WARNING when it starts, a
+reminder every ``REMIND_SECONDS`` while it lasts, and a WARNING when a step
+gets through again, with how long it took (the tries in between are DEBUG).
+The claim loop and the heartbeat thread share one ``Faults``, so a process
+reports each outage once.
 """
 
 from __future__ import annotations
@@ -11,24 +17,64 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
 logger = logging.getLogger("django_jobs.worker")
 
+REMIND_SECONDS = 60.0
+
 
 class Faults:
     def __init__(self, db: str, stopping: threading.Event) -> None:
         self.db = db
         self.stopping = stopping
+        self._lock = threading.Lock()
+        self._down_since: float | None = None  # monotonic start of the current outage
+        self._reminded = 0.0
+        self._tries = 0
 
     def fault(self, what: str, exc: BaseException) -> None:
-        """Log the fault, drop the connection, and wait a little before the next try."""
-        logger.warning("Database unavailable during %s (%s); retrying.", what, exc)
+        """Note the fault, drop the connection, and wait a little before the next try."""
+        self.note(what, exc)
+        self.stopping.wait(0.5 + random.random() * 0.5)
+
+    def note(self, what: str, exc: BaseException) -> None:
+        """Note the fault and drop this thread's connection, without waiting."""
+        now = time.monotonic()
+        with self._lock:
+            self._tries += 1
+            if self._down_since is None:
+                self._down_since = self._reminded = now
+                level, text = logging.WARNING, "Database unavailable during %s (%s); retrying."
+            elif now - self._reminded >= REMIND_SECONDS:
+                self._reminded = now
+                level = logging.WARNING
+                text = f"Database still unavailable after {now - self._down_since:.0f}s, "
+                text += "during %s (%s); retrying."
+            else:
+                level, text = logging.DEBUG, "Database unavailable during %s (%s); retrying."
+        logger.log(level, text, what, exc, extra={"db": self.db})
         with contextlib.suppress(DatabaseError):
             connections[self.db].close()
-        self.stopping.wait(0.5 + random.random() * 0.5)
+
+    def recovered(self) -> None:
+        """A step got through: if the database was down, say it is back and after how long."""
+        if self._down_since is None:  # the common case, without taking the lock
+            return
+        with self._lock:
+            if self._down_since is None:
+                return
+            lasted, tries = time.monotonic() - self._down_since, self._tries
+            self._down_since, self._tries = None, 0
+        logger.warning(
+            "Database available again after %.1fs (%d failed tries).",
+            lasted,
+            tries,
+            extra={"db": self.db, "outage_seconds": round(lasted, 3)},
+        )
 
     def retry[T](self, step: Callable[[], T], tries: int | None = None) -> T | None:
         """Run ``step`` until it gets through; None after ``tries`` faults, if given."""
@@ -36,9 +82,12 @@ class Faults:
         while True:
             attempt += 1
             try:
-                return step()
+                got = step()
             except DatabaseError as exc:
                 if tries is not None and attempt >= tries:
                     logger.error("Giving up after %d tries: %s", attempt, exc)
                     return None
                 self.fault("start-up" if tries is None else "shutdown", exc)
+            else:
+                self.recovered()
+                return got

@@ -12,7 +12,6 @@ delays a renewal past the lease.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
@@ -23,6 +22,9 @@ from django.db import DatabaseError, connections
 
 from ..conf import JobsOptions
 from ..engine.base import Engine
+from ..logging import job_fields
+from .faults import Faults
+from .pulse import Pulse
 from .running import Key, Running
 
 logger = logging.getLogger("django_jobs.worker")
@@ -37,6 +39,8 @@ class Lifeline(threading.Thread):
         settings: JobsOptions,
         stopping: threading.Event,
         hurry: threading.Event,
+        faults: Faults,
+        pulse: Pulse,
     ) -> None:
         super().__init__(name="django-jobs-heartbeat", daemon=True)
         self.engine = engine
@@ -45,6 +49,8 @@ class Lifeline(threading.Thread):
         self.settings = settings
         self.stopping = stopping
         self.hurry = hurry
+        self.faults = faults  # shared with the claim loop: an outage is logged once
+        self.pulse = pulse
         # Reapers of many workers start at random moments, not all at once.
         self.next_reap = time.monotonic() + random.random() * settings.REAP_SECONDS
 
@@ -54,15 +60,17 @@ class Lifeline(threading.Thread):
         return self.running.lost_leases()
 
     def run(self) -> None:
+        self.pulse.beat()
         while not self.hurry.wait(self.settings.HEARTBEAT_SECONDS):
+            self.pulse.beat()
             if self.stopping.is_set() and not len(self.running):
                 break
             try:
                 self.beat()
             except DatabaseError as exc:
-                logger.warning("Heartbeat failed (%s); retrying.", exc)
-                with contextlib.suppress(DatabaseError):
-                    connections[self.engine.db].close()
+                self.faults.note("heartbeat", exc)
+            else:
+                self.faults.recovered()
         connections.close_all()
 
     def beat(self) -> None:
@@ -78,7 +86,16 @@ class Lifeline(threading.Thread):
             if key in running:
                 running[key].control.request_cancel()
         for key in sorted(self.running.lose(renewed.lost)):
-            logger.warning("Lease on job %s attempt %d was lost; its outcome will not count.", *key)
+            claimed = running[key].claimed
+            logger.warning(
+                "Job %s (%s, queue %s) attempt %d lost its lease (reaped or released while "
+                "it ran): it may run again elsewhere, and its outcome here will not count.",
+                claimed.job_id,
+                claimed.task_name,
+                claimed.queue,
+                claimed.token,
+                extra=job_fields(claimed.job_id, claimed.task_name, claimed.queue, claimed.token),
+            )
         if time.monotonic() >= self.next_reap:
             self.next_reap = time.monotonic() + self.settings.REAP_SECONDS
             self.reap()

@@ -32,13 +32,14 @@ from .. import registry
 from ..backend import jobs_backend
 from ..schedules import Scheduler
 from ..values import Outcome, WorkerIdentity
-from ..wakeup import Listener
+from ..wakeup import Listener, listener_name
 from .completer import Completer
 from .config import WorkerConfig
 from .executor import Executor
 from .faults import Faults
 from .lifeline import Lifeline
 from .producer import Producer
+from .pulse import Pulse
 from .running import Running
 from .watchdog import Watchdog
 
@@ -46,7 +47,12 @@ logger = logging.getLogger("django_jobs.worker")
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, worker_id: uuid.UUID | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        worker_id: uuid.UUID | None = None,
+        pulse: Pulse | None = None,
+    ) -> None:
         backend = jobs_backend(config.backend)
         self.backend = backend
         self.settings = backend.settings
@@ -66,6 +72,7 @@ class Worker:
         self.hurry = threading.Event()  # skip the rest of the grace period
         self.wake = threading.Event()
         self.running = Running()
+        self.pulse = pulse or Pulse()  # a supervisor passes the one it reads
         self.faults = Faults(backend.db, self.stopping)
         self.executor = Executor(backend, self.identity.id, self._deliver, config.concurrency)
         self.completer = Completer(
@@ -77,7 +84,14 @@ class Worker:
             on_retry=self._retry_scheduled,
         )
         self.lifeline = Lifeline(
-            self.engine, self.identity.id, self.running, self.settings, self.stopping, self.hurry
+            self.engine,
+            self.identity.id,
+            self.running,
+            self.settings,
+            self.stopping,
+            self.hurry,
+            self.faults,
+            self.pulse,
         )
         self.producer = Producer(
             config=config,
@@ -93,6 +107,7 @@ class Worker:
             stopping=self.stopping,
             hurry=self.hurry,
             wake=self.wake,
+            pulse=self.pulse,
         )
 
     def _deliver(self, outcome: Outcome) -> None:
@@ -128,17 +143,19 @@ class Worker:
                 concurrency=self.config.concurrency,
             )
         )
-        logger.info(
-            "Worker %s started: queues=%s concurrency=%d",
-            self.identity.name,
-            ",".join(self.queues),
-            self.config.concurrency,
-        )
+        listens = self.settings.LISTEN and self.engine.listens
+        self._log_start(listens)
         self.lifeline.start()
         # Every worker runs a scheduler; each tick still fires once (schedules.py).
         Scheduler(self.backend, self.stopping).start()
-        if self.settings.LISTEN and self.engine.listens:
-            Listener(self.backend.db, self.queues, self.wake.set, self.stopping).start()
+        if listens:
+            Listener(
+                self.backend.db,
+                self.queues,
+                self.wake.set,
+                self.stopping,
+                application_name=listener_name(self.identity.id),
+            ).start()
         try:
             exit_code = self.producer.run()
         finally:
@@ -146,13 +163,50 @@ class Worker:
             self.executor.shutdown()
             self.faults.retry(lambda: self.engine.stop_worker(self.identity.id), tries=5)
             connections.close_all()
-        logger.info("Worker %s stopped after %d jobs", self.identity.name, self.completer.jobs_done)
+        logger.info(
+            "Worker %s stopped after %d jobs (exit code %d).",
+            self.identity.name,
+            self.completer.jobs_done,
+            exit_code,
+            extra={"worker_id": str(self.identity.id), "jobs_done": self.completer.jobs_done},
+        )
         return exit_code
+
+    def _log_start(self, listens: bool) -> None:
+        """What an operator needs to tell this worker's behaviour from the log alone."""
+        config, settings = self.config, self.settings
+        limits = [
+            f"{name}={value}"
+            for name, value in (
+                ("max_jobs", config.max_jobs),
+                ("max_memory_mb", config.max_memory_mb),
+            )
+            if value is not None
+        ]
+        logger.info(
+            "Worker %s started (id %s, backend %s): queues=%s concurrency=%d%s%s; "
+            "wake-ups by %s; lease %gs, heartbeat %gs; suspects %s.",
+            self.identity.name,
+            self.identity.id,
+            config.backend,
+            ",".join(self.queues),
+            config.concurrency,
+            " burst" if config.burst else "",
+            "".join(f" {limit}" for limit in limits),
+            "LISTEN and polling" if listens else f"polling every {settings.POLL_SECONDS:g}s",
+            settings.LEASE_SECONDS,
+            settings.HEARTBEAT_SECONDS,
+            "isolated" if settings.ISOLATE_SUSPECTS else "not isolated",
+            extra={"worker_id": str(self.identity.id), "queues": list(self.queues)},
+        )
 
 
 def run_worker(
-    config: WorkerConfig, worker_id: uuid.UUID | None = None, handle_sigint: bool = True
+    config: WorkerConfig,
+    worker_id: uuid.UUID | None = None,
+    handle_sigint: bool = True,
+    pulse: Pulse | None = None,
 ) -> int:
-    worker = Worker(config, worker_id)
+    worker = Worker(config, worker_id, pulse)
     worker.install_signal_handlers(handle_sigint)
     return worker.run()

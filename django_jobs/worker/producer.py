@@ -30,6 +30,7 @@ from .completer import Completer
 from .config import WorkerConfig
 from .executor import Executor
 from .faults import Faults
+from .pulse import Pulse
 from .running import Running
 from .watchdog import Watchdog
 
@@ -69,6 +70,7 @@ class Producer:
         stopping: threading.Event,
         hurry: threading.Event,
         wake: threading.Event,
+        pulse: Pulse,
     ) -> None:
         self.config = config
         self.queues = queues  # the config's, or every queue of the backend
@@ -83,6 +85,7 @@ class Producer:
         self.stopping = stopping  # stop claiming, drain, exit
         self.hurry = hurry  # skip the rest of the grace period
         self.wake = wake
+        self.pulse = pulse
         # When the soonest retry this worker scheduled becomes due.
         self.next_due: float | None = None
         self.exit_code = 0
@@ -94,6 +97,7 @@ class Producer:
     def run(self) -> int:
         """Claim and hand out attempts until the process should end; its exit code."""
         while True:
+            self.pulse.loop()
             self._tend()
             if self.stopping.is_set():
                 return self._drain()
@@ -134,6 +138,7 @@ class Producer:
                 return self.exit_code
             self.wake.wait(0.1)
             self.wake.clear()
+            self.pulse.loop()
             self._tend()
 
     def _write_and_claim(self, free: int) -> list[Claimed]:
@@ -160,10 +165,12 @@ class Producer:
 
     def _idle(self) -> bool:
         try:
-            return self.engine.idle(self.queues)
+            idle = self.engine.idle(self.queues)
         except DatabaseError as exc:
             self.faults.fault("idle check", exc)
             return False
+        self.faults.recovered()
+        return idle
 
     def _should_recycle(self) -> bool:
         max_jobs, max_memory_mb = self.config.max_jobs, self.config.max_memory_mb

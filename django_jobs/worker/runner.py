@@ -9,9 +9,13 @@ the executor imports the isolation.
 
 from __future__ import annotations
 
+import os
+import socket
 import traceback as tb
 import uuid
 from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
 
 from .. import registry
 from ..attempt import AttemptControl
@@ -26,7 +30,7 @@ from ..exceptions import (
 from ..framework import task_started
 from ..payload import check_result
 from ..results import JobResult
-from ..retry import Decision, Verdict
+from ..retry import Decision, Verdict, unknown_task_decision
 from ..states import AttemptOutcome, JobState, django_status
 from ..tasks import JobContext
 from ..values import Claimed, Report
@@ -54,11 +58,7 @@ class TaskRunner:
     def _call(self, claimed: Claimed, control: AttemptControl) -> Report:
         task = registry.get(claimed.task_name)
         if task is None:
-            error = UnknownTaskError(
-                f"No task named {claimed.task_name!r} is registered in this worker; "
-                "it was not imported or run."
-            )
-            return _failure(claimed, AttemptOutcome.FAILED, error, Decision(Verdict.GIVE_UP))
+            return self._unknown_task(claimed)
         result = self._running_result(task, claimed)
         control.result = result
         task_started.send(type(self.backend), task_result=result)
@@ -99,6 +99,32 @@ class TaskRunner:
             result=value,
             progress=control.take_progress(),
         )
+
+    def _unknown_task(self, claimed: Claimed) -> Report:
+        """Postpone a job whose task this worker lacks, until ``UNKNOWN_TASK_GRACE`` ends.
+
+        During a rolling deploy the enqueuers may run new code before every
+        worker does; failing such a job at once would lose it. Only after the
+        grace (counted from the enqueue) is the task name taken to be wrong.
+        """
+        grace = self.settings.UNKNOWN_TASK_GRACE
+        waited = (timezone.now() - claimed.enqueued_at).total_seconds()
+        backoff = self.backend.retry_policy(None, claimed.max_attempts).backoff
+        decision = unknown_task_decision(waited, grace, backoff, claimed.token)
+        where = f"worker {socket.gethostname()}:{os.getpid()}"
+        if decision.verdict is Verdict.POSTPONE:
+            message = (
+                f"No task named {claimed.task_name!r} is registered in {where}; postponed "
+                f"{decision.delay:.1f}s for a worker that has it ({grace - waited:.0f}s left of "
+                f"UNKNOWN_TASK_GRACE, {grace:g}s from enqueue). Is a deploy under way?"
+            )
+        else:
+            message = (
+                f"No task named {claimed.task_name!r} is registered in {where}, and none "
+                f"was found within UNKNOWN_TASK_GRACE ({grace:g}s from enqueue): failed for "
+                "good. Deploy workers that have the task, then retry the job."
+            )
+        return _failure(claimed, AttemptOutcome.FAILED, UnknownTaskError(message), decision)
 
     def stopped(self, claimed: Claimed, control: AttemptControl, exc: JobStopped) -> Report:
         """How an attempt that was stopped (timeout or cancel) is recorded."""
@@ -163,4 +189,5 @@ def _failure(
         traceback="".join(tb.format_exception(exc)),
         decision=decision,
         progress=control.take_progress() if control is not None else None,
+        exception=exc,
     )

@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobs.backend import jobs_backend
-from django_jobs.cli import enqueue, listing, operate, prune, show
+from django_jobs.cli import enqueue, health, listing, operate, prune, show
 from django_jobs.cli.base import Handler
 
 
@@ -58,6 +58,7 @@ class Command(BaseCommand):
         operate.add_queue_verbs(add)
         listing.add_stats(add)
         prune.add_prune(add)
+        health.add_health(add)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from argparse import ArgumentTypeError
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -65,6 +66,14 @@ class Command(BaseCommand):
             metavar="MB",
             help="Replace a worker process once its resident memory exceeds this many MB.",
         )
+        parser.add_argument(
+            "--health-port",
+            type=port_number,
+            default=None,
+            metavar="PORT",
+            help="Serve /livez and /readyz over HTTP on this port, on every interface "
+            "(default: no probe server).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = options["backend"]
@@ -89,7 +98,13 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             max_memory_mb=options["max_memory"],
         )
-        code = Supervisor(config, options["processes"]).run()
+        try:
+            supervisor = Supervisor(config, options["processes"], options["health_port"])
+        except OSError as exc:
+            raise CommandError(
+                f"Cannot serve health probes on port {options['health_port']}: {exc}"
+            ) from None
+        code = supervisor.run()
         if code:
             sys.exit(code)
 
@@ -104,6 +119,16 @@ class Command(BaseCommand):
         )
         log.addHandler(handler)
         log.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+
+
+def port_number(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"{value!r} is not a port number.") from None
+    if not 1 <= port <= 65535:
+        raise ArgumentTypeError(f"{value} is not a port number (1 to 65535).")
+    return port
 
 
 def refuse_in_memory_database(alias: str) -> None:

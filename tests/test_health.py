@@ -1,0 +1,149 @@
+"""``jobs health`` and ``runworkers --health-port``, against real workers and a real outage.
+
+Workers run with the ``watched`` backend of tests/ops_settings.py (heartbeat
+0.5 s, stale after 2 s). An unreachable database is a ``DATABASE_URL`` whose
+port nothing listens on; the real server is never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from django_jobs.models import Worker
+from tests.conftest import ROOT, WorkerProcess, subprocess_env, wait_until
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.postgres
+
+WATCHED = ("--settings", "tests.ops_settings", "--backend", "watched")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def health(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "django", "jobs", *WATCHED[:2], "health", *WATCHED[2:], *args],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def get(port: int, path: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+    except urllib.error.URLError as down:  # not listening yet
+        return 0, {"ok": False, "reason": str(down.reason)}
+
+
+@pytest.fixture
+def unreachable_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Subprocesses started after this connect to a port where nothing listens."""
+    monkeypatch.setenv("DATABASE_URL", f"postgres://root@127.0.0.1:{free_port()}/jobs_ops")
+
+
+def test_health__a_killed_worker_turns_ok_into_critical_once_its_heartbeat_is_stale(
+    pg: None, start_workers: Callable[..., WorkerProcess]
+) -> None:
+    workers = start_workers(*WATCHED)
+    ok = wait_until(lambda: (done := health()).returncode == 0 and done)
+    assert ok.stdout.startswith(
+        f"OK: database 'default' reachable; 1 worker(s) heartbeating on {socket.gethostname()}"
+    )
+
+    workers.kill_group()
+
+    critical = wait_until(lambda: (done := health()).returncode == 2 and done)
+    assert critical.stdout.strip() == (
+        f"CRITICAL: no worker of backend 'watched' on host {socket.gethostname()} has "
+        "heartbeated in the last 2s; 1 gone without stopping"
+    )
+
+
+def test_health__an_unreachable_database_is_critical(pg: None, unreachable_database: None) -> None:
+    done = health("--json")
+
+    report = json.loads(done.stdout)
+    assert (done.returncode, report["status"], report["code"]) == (2, "critical", 2)
+    assert report["reason"].startswith("CRITICAL: database 'default' unreachable: ")
+    assert [check["name"] for check in report["checks"]] == ["database"]
+
+
+def test_health__a_backlog_deeper_than_max_depth_is_a_warning(
+    pg: None, start_workers: Callable[..., WorkerProcess]
+) -> None:
+    start_workers(*WATCHED, "--queues", "other")
+    wait_until(lambda: health().returncode == 0)
+    for number in range(3):
+        tasks.add.enqueue(number, number)  # queue default: nobody serves it
+
+    done = health("--max-depth", "2", "--json")
+
+    report = json.loads(done.stdout)
+    assert (done.returncode, report["reason"]) == (
+        1,
+        "WARNING: queue default: 3 ready jobs (max 2)",
+    )
+    assert {c["name"]: c["status"] for c in report["checks"]} == {
+        "database": "ok",
+        "workers": "ok",
+        "listen": "ok",
+        "backlog": "warning",
+    }
+
+
+def test_health_port__is_live_and_ready_until_a_worker_stops_turning(
+    pg: None, start_workers: Callable[..., WorkerProcess]
+) -> None:
+    port = free_port()
+    start_workers(*WATCHED, "--health-port", str(port))
+    wait_until(lambda: get(port, "/readyz")[0] == 200)
+    assert get(port, "/livez") == (200, {"ok": True, "reason": "ok"})
+    assert get(port, "/metrics")[0] == 404
+    pid = wait_until(
+        lambda: Worker.objects.filter(stopped_at=None).values_list("pid", flat=True).first()
+    )
+
+    os.kill(pid, signal.SIGSTOP)  # the process exists; its loops no longer turn
+    try:
+        _, body = wait_until(lambda: (got := get(port, "/livez"))[0] == 503 and got)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    assert body["ok"] is False
+    assert body["reason"].startswith(f"worker process {pid} (slot 0): its ")
+    assert "has not turned for" in body["reason"] and body["reason"].endswith("(limit 2s)")
+
+
+def test_health_port__is_not_ready_while_the_database_is_unreachable(
+    pg: None, unreachable_database: None, start_workers: Callable[..., WorkerProcess]
+) -> None:
+    port = free_port()
+    workers = start_workers(*WATCHED, "--health-port", str(port))
+    wait_until(lambda: "Health probes on port" in workers.output())
+
+    status, body = get(port, "/readyz")
+
+    assert status == 503
+    assert body["reason"].startswith("database 'default' unreachable: ")
+    assert get(port, "/livez")[0] == 200  # starting up, waiting for the database: not stuck
