@@ -224,6 +224,9 @@ class JobsBackend(BaseTaskBackend):
                 yield call
 
         def announce() -> None:
+            from .metrics import record
+
+            record.enqueued(prototype.queue, prototype.task_name, len(results))
             if task_enqueued.has_listeners(type(self)):
                 for result in results:
                     task_enqueued.send(type(self), task_result=result)
@@ -277,8 +280,10 @@ class JobsBackend(BaseTaskBackend):
         return Call(job_id, args, kwargs, args_json, kwargs_json, now, run_after or now)
 
     def _announce(self, task: Task[Any, Any], job: Job) -> None:
+        from .metrics import record
         from .results import build
 
+        record.enqueued(job.queue, job.task_name)
         task_enqueued.send(type(self), task_result=build(task, job, []))
 
     # -- results ------------------------------------------------------------

@@ -24,6 +24,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..exceptions import LeaseLostError
+from ..metrics import record
 from ..models import Attempt, Job, Lease, Worker
 from ..signals import send_on_commit
 from ..states import TRANSITIONS, AttemptOutcome, JobState, Transition
@@ -171,6 +172,8 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
                 error_message=reason,
             )
         )
+        if attempt_changed:
+            record.attempt_lost(db, job.queue, job.task_name)
         if not attempt_changed or job.attempts != lease.token:
             continue
         if job.state == JobState.CANCELLING:

@@ -27,6 +27,7 @@ from django.tasks.base import TaskError
 from django.tasks.signals import task_finished
 from django.utils import timezone
 
+from ..metrics import record
 from ..states import JobState, django_status
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
@@ -130,6 +131,7 @@ class Completer:
     def _written(self, batch: list[Outcome], reports: list[Report], done: Finished) -> None:
         ended = self.running.end(_key(outcome) for outcome in batch)
         self.jobs_done += len(reports)
+        record.finished(done.applied, ended)
         for report in done.stale:
             logger.warning(
                 "Late report for job %s attempt %d (%s) ignored: the lease was lost; "

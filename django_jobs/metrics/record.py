@@ -1,0 +1,66 @@
+"""What the enqueue path, the worker and the engine report as jobs move.
+
+Each function is called with what its caller already holds (the rows an
+engine call returned, the attempts the worker runs): no query is made and
+nothing waits, so the completion path stays as fast as without metrics.
+Every call is a no-op without prometheus-client, and in workers without a
+``PROMETHEUS_MULTIPROC_DIR`` (``instruments.worker_instruments``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+from django.db import transaction
+
+from ..states import JobState
+from .instruments import instruments, worker_instruments
+
+if TYPE_CHECKING:
+    from ..values import Claimed, Report
+    from ..worker.running import Key, RunningAttempt
+
+
+def enqueued(queue: str, task: str, count: int = 1) -> None:
+    """Jobs written by a commit (called from the enqueue's on-commit announce)."""
+    if (metrics := instruments()) is not None:
+        metrics.enqueued.labels(queue, task).inc(count)
+
+
+def started(claimed: Sequence[Claimed]) -> None:
+    """Attempts just claimed; a first attempt also gives its wait since enqueue."""
+    if not claimed or (metrics := worker_instruments()) is None:
+        return
+    for attempt in claimed:
+        metrics.started.labels(attempt.queue, attempt.task_name).inc()
+        # started_at is the job's first start: only a first attempt's is this one's.
+        if attempt.token == 1:
+            waited = (attempt.started_at - attempt.enqueued_at).total_seconds()
+            metrics.latency.labels(attempt.queue, attempt.task_name).observe(max(0.0, waited))
+
+
+def finished(
+    applied: Sequence[tuple[Report, JobState]], ended: Mapping[Key, RunningAttempt]
+) -> None:
+    """Outcomes the engine applied (``Finished.applied``), for attempts this worker ran."""
+    if not applied or (metrics := worker_instruments()) is None:
+        return
+    now = time.monotonic()
+    for report, state in applied:
+        attempt = ended.get((report.job_id, report.token))
+        if attempt is None:
+            continue
+        queue, task = attempt.claimed.queue, attempt.claimed.task_name
+        metrics.finished.labels(queue, task, report.outcome.value).inc()
+        metrics.duration.labels(queue, task).observe(now - attempt.control.started)
+        if state == JobState.QUEUED:
+            metrics.retries.labels(queue, task).inc()
+
+
+def attempt_lost(db: str, queue: str, task: str) -> None:
+    """An attempt the engine recorded ``lost``; counted once the transaction commits."""
+    if (metrics := worker_instruments()) is not None:
+        transaction.on_commit(partial(metrics.lost.labels(queue, task).inc), using=db)
