@@ -38,7 +38,7 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from . import registry
+from . import registry, tracing
 from .conf import JobsOptions
 from .exceptions import (
     ConfigurationError,
@@ -162,7 +162,9 @@ class JobsBackend(BaseTaskBackend):
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None:
             self.depth.check(self.db, task.queue_name, limit)
-        stored = accept(self.engine, job, encoded, lambda j: self._announce(task, j), after)
+        stored = tracing.sending(
+            job, lambda: accept(self.engine, job, encoded, lambda j: self._announce(task, j), after)
+        )
         return build(task, stored, [])
 
     def enqueue_many(
@@ -231,7 +233,11 @@ class JobsBackend(BaseTaskBackend):
                 for result in results:
                     task_enqueued.send(type(self), task_result=result)
 
-        accept_many(self.engine, prototype, validated(), announce, after)
+        tracing.sending_many(
+            prototype,
+            len(given),
+            lambda: accept_many(self.engine, prototype, validated(), announce, after),
+        )
         if prototype.state != shared["state"]:
             # A dependency finished between the unlocked look and the locked one.
             for result in results:
