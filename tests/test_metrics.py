@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobs import JobState
 from django_jobs.backend import jobs_backend
+from django_jobs.metrics import collector as collector_module
 from django_jobs.metrics.collector import JobsCollector
 from django_jobs.models import Job
 from django_jobs.values import WorkerIdentity
@@ -64,7 +65,7 @@ def by(**labels: str) -> frozenset[tuple[str, str]]:
     return frozenset(labels.items())
 
 
-def make_job(state: JobState, queue: str = "default", **fields: Any) -> Job:
+def make_job(state: JobState, queue: str = "default", db: str = "default", **fields: Any) -> Job:
     """A job row in any state, written directly: test set-up, not a transition."""
     now = timezone.now()
     values: dict[str, Any] = {
@@ -78,7 +79,7 @@ def make_job(state: JobState, queue: str = "default", **fields: Any) -> Job:
         "dedup_scope": f"{ADD}|",
         **fields,
     }
-    return Job.objects.create(**values)
+    return Job.objects.using(db).create(**values)
 
 
 def test_runworkers_metrics_port__counts_every_attempt_of_both_processes(
@@ -181,22 +182,36 @@ def test_metrics_view__counts_committed_enqueues_and_reads_the_database(pg: None
     assert ours(samples, "django_jobs_jobs")[by(queue="default", state="queued")] == 2
 
 
-def test_collector__gauges_equal_the_rows_by_queue_and_state(pg: None) -> None:
+@pytest.mark.parametrize(
+    "db",
+    [
+        pytest.param("default", marks=pytest.mark.django_db(transaction=True), id="postgres"),
+        pytest.param(
+            "sqlite",
+            marks=pytest.mark.django_db(databases=["sqlite"], transaction=True),
+            id="sqlite",
+        ),
+    ],
+)
+def test_collector__gauges_equal_the_rows_by_queue_and_state(db: str) -> None:
     now = timezone.now()
-    for _ in range(3):
-        make_job(JobState.QUEUED, run_after=now - timedelta(seconds=40))
-    make_job(JobState.QUEUED, run_after=now + timedelta(hours=1))  # scheduled: not due
-    make_job(JobState.RUNNING)
-    make_job(JobState.CANCELLING)
-    make_job(JobState.WAITING)
-    make_job(JobState.QUARANTINED, queue="other")
+    # Due jobs at three priorities: the oldest is neither the first nor the last priority.
+    for priority, waited in ((10, 40), (0, 50), (-5, 45)):
+        make_job(
+            JobState.QUEUED, db=db, priority=priority, run_after=now - timedelta(seconds=waited)
+        )
+    make_job(JobState.QUEUED, db=db, priority=10, run_after=now + timedelta(hours=1))  # not due
+    make_job(JobState.RUNNING, db=db)
+    make_job(JobState.CANCELLING, db=db)
+    make_job(JobState.WAITING, db=db)
+    make_job(JobState.QUARANTINED, queue="other", db=db)
     for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.EXHAUSTED):
-        make_job(state, finished_at=now)  # history: counters' work, not these gauges'
-    backend = jobs_backend("default")
+        make_job(state, db=db, finished_at=now)  # history: counters' work, not these gauges'
+    backend = jobs_backend(db)  # the backend of the same name keeps its jobs there
     backend.engine.set_queue_paused("other", True, actor="ops", note="maintenance")
     identity = WorkerIdentity(id=uuid.uuid4(), name="host:1")
     backend.engine.register_worker(
-        identity, backend="default", host="host", pid=1, queues=("default",), concurrency=1
+        identity, backend=db, host="host", pid=1, queues=("default",), concurrency=1
     )
     collector = JobsCollector(backend.db, backend.queues, stale_after=30.0)
 
@@ -229,7 +244,22 @@ def test_collector__gauges_equal_the_rows_by_queue_and_state(pg: None) -> None:
     assert ours(samples, "django_jobs_workers") == {by(state="live"): 1, by(state="stale"): 0}
     oldest = ours(samples, "django_jobs_queue_oldest_due_age_seconds")
     assert oldest[by(queue="other")] == 0
-    assert 40 <= oldest[by(queue="default")] < 3600
+    assert 50 <= oldest[by(queue="default")] < 3600
+
+
+def test_collector__counts_queued_jobs_up_to_its_limit(
+    pg: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(collector_module, "COUNT_LIMIT", 2)
+    now = timezone.now()
+    for priority in (5, 0, 0):
+        make_job(JobState.QUEUED, priority=priority, run_after=now - timedelta(seconds=60))
+
+    reading = collector_module.read("default", ["default"], now, stale_after=30.0)
+
+    queue = reading.queues["default"]
+    assert (queue.by_state[JobState.QUEUED], queue.due) == (2, 2)
+    assert queue.oldest_due == now - timedelta(seconds=60)
 
 
 def test_metrics__label_only_by_queue_task_outcome_and_state(pg: None) -> None:
