@@ -34,7 +34,7 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from . import registry
+from . import registry, tracing
 from .conf import JobsOptions
 from .exceptions import (
     ConfigurationError,
@@ -166,7 +166,9 @@ class JobsBackend(BaseTaskBackend):
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None:
             self.depth.check(self.db, task.queue_name, limit)
-        stored = accept(self.engine, job, encoded, lambda j: self._announce(task, j), after)
+        stored = tracing.sending(
+            job, lambda: accept(self.engine, job, encoded, lambda j: self._announce(task, j), after)
+        )
         return build(task, stored, [])
 
     def enqueue_many(
@@ -228,11 +230,18 @@ class JobsBackend(BaseTaskBackend):
                 yield call
 
         def announce() -> None:
+            from .metrics import record
+
+            record.enqueued(prototype.queue, prototype.task_name, len(results))
             if task_enqueued.has_listeners(type(self)):
                 for result in results:
                     task_enqueued.send(type(self), task_result=result)
 
-        accept_many(self.engine, prototype, validated(), announce, after)
+        tracing.sending_many(
+            prototype,
+            len(given),
+            lambda: accept_many(self.engine, prototype, validated(), announce, after),
+        )
         if prototype.state != shared["state"]:
             # A dependency finished between the unlocked look and the locked one.
             for result in results:
@@ -281,8 +290,10 @@ class JobsBackend(BaseTaskBackend):
         return Call(job_id, args, kwargs, args_json, kwargs_json, now, run_after or now)
 
     def _announce(self, task: Task[Any, Any], job: Job) -> None:
+        from .metrics import record
         from .results import build
 
+        record.enqueued(job.queue, job.task_name)
         task_enqueued.send(type(self), task_result=build(task, job, []))
 
     # -- results ------------------------------------------------------------

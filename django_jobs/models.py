@@ -77,6 +77,9 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
+    # The enqueuer's OpenTelemetry context (W3C traceparent), for the worker's
+    # span to join its trace; NULL, so free, when nobody traces (tracing.py).
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-enqueued_at"]

@@ -51,6 +51,8 @@ class Claimed:
     lease_expires_at: datetime
     # The previous attempt was lost: it may be what crashed its worker.
     suspect: bool = False
+    # The enqueuer's trace context, when it was traced (tracing.py).
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

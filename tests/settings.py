@@ -165,3 +165,9 @@ TASKS = {
         },
     },
 }
+
+# tests/test_tracing.py: a worker process started with this set exports its spans to the file.
+if os.environ.get("DJANGO_JOBS_TEST_SPANS"):
+    from tests.span_file import export_spans_to
+
+    export_spans_to(os.environ["DJANGO_JOBS_TEST_SPANS"])

@@ -39,6 +39,7 @@ CLAIM_FIELDS = (
     "started_at",
     "lost_streak",
     "concurrency_key",
+    "trace_context",
 )
 
 
@@ -126,6 +127,7 @@ def lease(
             started_at=r.started_at or now,
             lease_expires_at=expires,
             suspect=r.lost_streak > 0,
+            trace_context=r.trace_context,
         )
         for r, a in zip(rows, attempts, strict=True)
     ]

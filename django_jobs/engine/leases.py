@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from ..exceptions import LeaseLostError
 from ..logging import job_fields
+from ..metrics import record
 from ..models import Attempt, Job, Lease, Worker
 from ..signals import send_on_commit
 from ..states import TRANSITIONS, AttemptOutcome, JobState, Transition
@@ -172,6 +173,8 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
                 error_message=reason,
             )
         )
+        if attempt_changed:
+            record.attempt_lost(db, job.queue, job.task_name)
         if not attempt_changed or job.attempts != lease.token:
             continue
         if job.state == JobState.CANCELLING:

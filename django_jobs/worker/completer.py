@@ -25,6 +25,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from ..framework import TaskError, task_finished
+from ..metrics import record
 from ..states import JobState, django_status
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
@@ -144,6 +145,7 @@ class Completer:
         ended = self.running.end(_key(outcome) for outcome in batch)
         self.jobs_done += len(reports)
         _log(done, ended)
+        record.finished(done.applied, ended)
         for report, state in done.applied:
             if state is JobState.QUEUED and report.decision is not None:
                 self.on_retry(time.monotonic() + report.decision.delay)

@@ -25,6 +25,7 @@ from django.db import DatabaseError
 
 from ..conf import JobsOptions
 from ..engine.base import Engine
+from ..metrics import record
 from ..values import Claimed, WorkerIdentity
 from .completer import Completer
 from .config import WorkerConfig
@@ -105,6 +106,7 @@ class Producer:
             # outcomes and the next claim share one transaction (one commit).
             free = self.config.concurrency - len(self.running) + self.completer.pending
             got = self._write_and_claim(free)
+            record.started(got)
             for claimed in got:
                 attempt = self.running.start(claimed)
                 self.executor.start(claimed, attempt.control)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from .. import registry
+from .. import registry, tracing
 from ..attempt import AttemptControl
 from ..exceptions import (
     JobCancelled,
@@ -49,7 +49,11 @@ class TaskRunner:
         self.worker_id = worker_id
 
     def run(self, claimed: Claimed, control: AttemptControl) -> Report:
-        """Call the task here; a stop that lands in our own code is judged as a stop."""
+        """Call the task here, in its trace's span when traced (``tracing.py``)."""
+        return tracing.processing(claimed, lambda: self._run(claimed, control))
+
+    def _run(self, claimed: Claimed, control: AttemptControl) -> Report:
+        """Call the task; a stop that lands in our own code is judged as a stop."""
         try:
             return self._call(claimed, control)
         except JobStopped as exc:

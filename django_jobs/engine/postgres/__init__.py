@@ -264,4 +264,5 @@ def _claimed(row: Row) -> Claimed:
         started_at=row["started_at"],
         lease_expires_at=row["lease_expires_at"],
         suspect=row["lost_streak"] > 0,
+        trace_context=_json(row["trace_context"]),
     )

@@ -158,7 +158,7 @@ def _claim_rest(*carried: str) -> str:
     RETURNING job.id, job.attempts, job.task_name, job.args, job.kwargs, job.queue,
               job.priority, job.max_attempts, job.timeout, job.tenant,
               job.idempotency_key, job.backend, job.enqueued_at, job.started_at,
-              job.lost_streak, job.run_after{from_pick},
+              job.lost_streak, job.run_after, job.trace_context{from_pick},
               -- The attempt's id is taken here, so the attempt and the lease
               -- are written from this row alone: joining the CTEs back
               -- together was a nested loop over both, batch² comparisons
@@ -185,7 +185,7 @@ SELECT claimed.id AS job_id, claimed.attempt_id, claimed.attempts AS token,
        claimed.max_attempts, claimed.timeout, claimed.tenant, claimed.idempotency_key,
        claimed.backend, claimed.enqueued_at, claimed.started_at,
        statement_timestamp() + make_interval(secs => %(lease_seconds)s) AS lease_expires_at,
-       claimed.lost_streak{to_result}
+       claimed.lost_streak, claimed.trace_context{to_result}
 FROM claimed
 ORDER BY claimed.priority DESC, claimed.run_after
 

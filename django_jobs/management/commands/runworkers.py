@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import logging
 import sys
 from argparse import ArgumentTypeError
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -15,6 +18,10 @@ from django_jobs.cli.arguments import positive_int
 from django_jobs.engine import engine_for
 from django_jobs.supervisor import Supervisor
 from django_jobs.worker import WorkerConfig
+
+if TYPE_CHECKING:
+    from django_jobs.backend import JobsBackend
+    from django_jobs.metrics.exposition import Address
 
 
 class Command(BaseCommand):
@@ -74,6 +81,15 @@ class Command(BaseCommand):
             help="Serve /livez and /readyz over HTTP on this port, on every interface "
             "(default: no probe server).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=metrics_address,
+            default=None,
+            metavar="[HOST:]PORT",
+            help="Serve Prometheus metrics of every worker process at http://HOST:PORT/ "
+            "from the supervisor (HOST: every interface if omitted). Needs "
+            "django-jobs[metrics].",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = options["backend"]
@@ -98,13 +114,14 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             max_memory_mb=options["max_memory"],
         )
-        try:
-            supervisor = Supervisor(config, options["processes"], options["health_port"])
-        except OSError as exc:
-            raise CommandError(
-                f"Cannot serve health probes on port {options['health_port']}: {exc}"
-            ) from None
-        code = supervisor.run()
+        with serving_metrics(options["metrics_port"], backend):
+            try:
+                supervisor = Supervisor(config, options["processes"], options["health_port"])
+            except OSError as exc:
+                raise CommandError(
+                    f"Cannot serve health probes on port {options['health_port']}: {exc}"
+                ) from None
+            code = supervisor.run()
         if code:
             sys.exit(code)
 
@@ -129,6 +146,41 @@ def port_number(value: str) -> int:
     if not 1 <= port <= 65535:
         raise ArgumentTypeError(f"{value} is not a port number (1 to 65535).")
     return port
+
+
+def metrics_address(text: str) -> Address:
+    from django_jobs.metrics.exposition import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def serving_metrics(address: Address | None, backend: JobsBackend) -> Iterator[None]:
+    """The supervisor's metrics endpoint, up before any worker is forked (see metrics/)."""
+    if address is None:
+        yield
+        return
+    from django_jobs.metrics.exposition import MetricsServer, require_client, use_multiprocess_dir
+
+    try:
+        require_client()
+        remove = use_multiprocess_dir()
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from None
+    server = MetricsServer(address, backend)
+    try:
+        server.start()
+    except ImproperlyConfigured as exc:
+        remove()
+        raise CommandError(str(exc)) from None
+    try:
+        yield
+    finally:
+        server.stop()
+        remove()
 
 
 def refuse_in_memory_database(alias: str) -> None:
