@@ -27,6 +27,7 @@ from django.tasks.base import TaskError
 from django.tasks.signals import task_finished
 from django.utils import timezone
 
+from ..codec import from_json
 from ..states import JobState, django_status
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
@@ -168,5 +169,6 @@ class Completer:
             last_error=report.error_message,
         )
         if state is JobState.SUCCEEDED:
-            object.__setattr__(result, "_return_value", report.result)
+            value = from_json(report.result, "the return value")  # as get_result() gives it
+            object.__setattr__(result, "_return_value", value)
         task_finished.send(self.sender, task_result=result)
