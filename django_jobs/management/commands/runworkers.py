@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_jobs.backend import jobs_backend
 from django_jobs.cli.arguments import positive_int
 from django_jobs.engine import engine_for
+from django_jobs.reloader import run_reloading
 from django_jobs.supervisor import Supervisor
 from django_jobs.worker import WorkerConfig
 
@@ -65,8 +66,19 @@ class Command(BaseCommand):
             metavar="MB",
             help="Replace a worker process once its resident memory exceeds this many MB.",
         )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="For development: restart the worker processes when Python code changes, "
+            "as runserver does.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["reload"] and options["burst"]:
+            raise CommandError(
+                "--reload keeps the workers running to restart them on code changes, and "
+                "--burst exits once the queues are empty: use one or the other."
+            )
         alias = options["backend"]
         try:
             backend = jobs_backend(alias)
@@ -89,7 +101,10 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             max_memory_mb=options["max_memory"],
         )
-        code = Supervisor(config, options["processes"]).run()
+        if options["reload"]:
+            code = run_reloading(config, options["processes"])
+        else:
+            code = Supervisor(config, options["processes"]).run()
         if code:
             sys.exit(code)
 
