@@ -159,15 +159,15 @@ class JobsBackend(BaseTaskBackend):
         from .enqueue import accept, new_job
         from .results import build
 
-        args, kwargs = list(args), dict(kwargs)
-        encoded = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
-        job = new_job(args=args, kwargs=kwargs, **self._job_template(task))
+        encoded = check_arguments(list(args), dict(kwargs), self.settings.MAX_PAYLOAD_BYTES)
+        job = new_job(args=encoded.args, kwargs=encoded.kwargs, **self._job_template(task))
         after = dependency_ids(task.after) if isinstance(task, JobTask) else []
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None:
             self.depth.check(self.db, task.queue_name, limit)
+        text = (encoded.args_json, encoded.kwargs_json)
         stored = tracing.sending(
-            job, lambda: accept(self.engine, job, encoded, lambda j: self._announce(task, j), after)
+            job, lambda: accept(self.engine, job, text, lambda j: self._announce(task, j), after)
         )
         return build(task, stored, [])
 
@@ -212,7 +212,8 @@ class JobsBackend(BaseTaskBackend):
 
         def validated() -> Iterator[Call]:
             """Each call checked, its result recorded, as accept_many drains it."""
-            for index, (args, kwargs) in enumerate(given):
+            for index, (given_args, given_kwargs) in enumerate(given):
+                args, kwargs = list(given_args), dict(given_kwargs)
                 try:
                     call = self._call(ids[index], args, kwargs, template["run_after"])
                 except EnqueueError as exc:
@@ -221,8 +222,8 @@ class JobsBackend(BaseTaskBackend):
                     JobResult(
                         **shared,
                         id=call.id,
-                        args=call.args,
-                        kwargs=call.kwargs,
+                        args=args,
+                        kwargs=kwargs,
                         enqueued_at=call.at,
                         run_after=call.run_after,
                     )
@@ -279,15 +280,15 @@ class JobsBackend(BaseTaskBackend):
             "timeout": options.timeout if options else None,
         }
 
-    def _call(self, job_id: str, args: Any, kwargs: Any, run_after: datetime | None) -> Call:
+    def _call(
+        self, job_id: str, args: list[Any], kwargs: dict[str, Any], run_after: datetime | None
+    ) -> Call:
         """One validated call of an enqueue_many batch (``run_after``: the options', if any)."""
         from .bulk import Call
 
-        args = list(args)
-        kwargs = dict(kwargs)
-        args_json, kwargs_json = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
+        encoded = check_arguments(args, kwargs, self.settings.MAX_PAYLOAD_BYTES)
         now = timezone.now()
-        return Call(job_id, args, kwargs, args_json, kwargs_json, now, run_after or now)
+        return Call(job_id, *encoded, now, run_after or now)
 
     def _announce(self, task: Task[Any, Any], job: Job) -> None:
         from .metrics import record

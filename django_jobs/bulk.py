@@ -30,7 +30,7 @@ class Call(NamedTuple):
     """One validated call of a batch: what its row and its result need."""
 
     id: str  # the job's UUID as text, which both the COPY line and the result take
-    args: list[Any]
+    args: list[Any]  # the stored form (codec.py), as the row holds it
     kwargs: dict[str, Any]
     args_json: str
     kwargs_json: str

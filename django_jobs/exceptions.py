@@ -23,6 +23,14 @@ class ArgumentsNotJSONError(EnqueueError):
     """An argument would not come back equal after a JSON round trip."""
 
 
+class PayloadNotDecodableError(ValueError):
+    """A stored argument or result holds a tag this version does not know, or a bad value.
+
+    Written by a newer enqueuer (or by hand); the worker fails the job without
+    calling the task, naming where the tag is.
+    """
+
+
 class PayloadTooLargeError(EnqueueError):
     """The JSON of args + kwargs exceeds ``MAX_PAYLOAD_BYTES``."""
 

@@ -3,7 +3,9 @@
 Django's fields keep their meaning (``status`` is one of its four statuses,
 ``errors`` has one entry per failed attempt, ``attempts`` counts attempts
 started); ``state`` and ``attempt_log`` tell the rest — ``lost`` attempts,
-``exhausted`` versus ``failed``, late reports from stale workers.
+``exhausted`` versus ``failed``, late reports from stale workers. Arguments and
+the return value come back as the types the caller passed and the task
+returned (``codec.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from .codec import from_json
 from .framework import Task, TaskError
 from .generic import GenericTaskResult, P, T
 from .models import Attempt, Job
@@ -76,6 +79,15 @@ class JobResult(GenericTaskResult[P, T]):  # type: ignore[misc]  # the stubs dro
     progress: ProgressInfo | None = None
     cancel_requested_at: datetime | None = None
 
+    def __post_init__(self) -> None:
+        """Keep ``args`` and ``kwargs`` as the task receives them.
+
+        Django's ``TaskResult`` passes them through ``normalize_json``, which
+        refuses a UUID or a datetime. Ours were validated at enqueue and are
+        built as lists and dicts (``build`` decodes them from the row), so they
+        are already exactly what the task is called with.
+        """
+
     def refresh(self) -> None:
         fresh = self.task.get_backend().get_result(self.id)
         for attr in (*_DJANGO_REFRESH_ATTRS, *_OUR_REFRESH_ATTRS):
@@ -123,8 +135,8 @@ def build(task: Task[P, T], job: Job, attempts: list[Attempt]) -> JobResult[P, T
         started_at=job.started_at,
         finished_at=job.finished_at,
         last_attempted_at=attempts[-1].started_at if attempts else None,
-        args=list(job.args),
-        kwargs=dict(job.kwargs),
+        args=from_json(job.args, "args"),
+        kwargs=from_json(job.kwargs, "kwargs"),
         backend=task.backend,
         errors=[
             TaskError(exception_class_path=a.error_type, traceback=a.traceback or a.error_message)
@@ -153,7 +165,7 @@ def build(task: Task[P, T], job: Job, attempts: list[Attempt]) -> JobResult[P, T
         cancel_requested_at=job.cancel_requested_at,
     )
     if job.state == JobState.SUCCEEDED:
-        object.__setattr__(result, "_return_value", job.result)
+        object.__setattr__(result, "_return_value", from_json(job.result, "the return value"))
     return result
 
 

@@ -111,12 +111,19 @@ class Supervisor:
                 # This request's thread ends now; its connection must not outlive it.
                 connections[self.engine.db].close()
 
-    def run(self) -> int:
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            self.stop_requests += 1
+    def run(self, handle_signals: bool = True) -> int:
+        """Run the workers until asked to stop; return the exit code.
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        Without ``handle_signals`` (``runworkers --reload`` runs this in a
+        thread, where no handler can be installed) only ``request_stop`` stops it.
+        """
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self.request_stop()
+
+        if handle_signals:
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
         self._log_start()
         if self.probes is not None:
             self.probes.start()
@@ -168,6 +175,10 @@ class Supervisor:
                 kill_at = None
         logger.info("Supervisor %d stopped", os.getpid())
         return 0
+
+    def request_stop(self) -> None:
+        """Stop as SIGTERM does: the first request lets workers finish, a second hurries them."""
+        self.stop_requests += 1
 
     def _spawn(self, slot: _Slot) -> None:
         connections.close_all()

@@ -84,7 +84,7 @@ def test_enqueue__async_enqueue_stores_the_job(pg: None) -> None:
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
-        ((timezone.now(),), {}, r"args\[0\] is a datetime"),
+        ((dt.datetime(2025, 1, 31),), {}, r"args\[0\] is a naive datetime"),
         ((), {"when": {1: "a"}}, r"kwargs\['when'\] has the key 1 \(int\)"),
         (([1, (2, 3)],), {}, r"args\[0\]\[1\] is a tuple.*pass a list"),
         ((float("nan"),), {}, r"args\[0\] is nan"),
@@ -418,10 +418,10 @@ def test_enqueue_many__jobs_wait_for_the_commit_of_another_database() -> None:
 
 @pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
 def test_enqueue_many__a_bad_call_raises_before_another_databases_commit() -> None:
-    bad = [((1, 2), {}), ((timezone.now(), 2), {})]
+    bad = [((1, 2), {}), ((b"raw", 2), {})]
     with (
         transaction.atomic(using="sqlite"),
-        pytest.raises(ArgumentsNotJSONError, match=r"^call 1: args\[0\] is a datetime"),
+        pytest.raises(ArgumentsNotJSONError, match=r"^call 1: args\[0\] is a bytes"),
     ):
         enqueue_many(tasks.add, bad)
     assert job_count() == 0
@@ -435,8 +435,8 @@ def test_enqueue_many__vanishes_with_a_rollback(pg: None) -> None:
 
 
 def test_enqueue_many__one_bad_call_writes_nothing_and_is_named(pg: None) -> None:
-    calls = [((1, 2), {}), ((1, 2), {}), ((timezone.now(), 2), {})]
-    with pytest.raises(ArgumentsNotJSONError, match=r"^call 2: args\[0\] is a datetime"):
+    calls = [((1, 2), {}), ((1, 2), {}), ((b"raw", 2), {})]
+    with pytest.raises(ArgumentsNotJSONError, match=r"^call 2: args\[0\] is a bytes"):
         enqueue_many(tasks.add, calls)
     assert job_count() == 0
 

@@ -13,8 +13,10 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import uuid
 from collections import Counter
-from datetime import timedelta
+from datetime import date, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -294,6 +296,20 @@ def test_assert_enqueued__matches_task_arguments_queue_and_count() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.postgres
+def test_assert_enqueued__compares_uuids_dates_and_decimals_as_they_were_enqueued() -> None:
+    order = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    tasks.echo.enqueue(order, day=date(2026, 12, 4), total=Decimal("9.90"))
+
+    found = assert_enqueued(
+        tasks.echo, args=[order], kwargs={"day": date(2026, 12, 4), "total": Decimal("9.90")}
+    )
+
+    assert len(found) == 1
+    assert_not_enqueued(tasks.echo, kwargs={"day": date(2026, 12, 4), "total": Decimal("9.9")})
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
 def test_assert_enqueued__failure_lists_what_is_enqueued_for_the_task() -> None:
     tasks.add.enqueue(1, 2)
     tasks.add.using(queue_name="other").enqueue(3, 4)
@@ -356,7 +372,7 @@ def test_assert_not_enqueued__failure_lists_the_jobs_found() -> None:
         ({"task": 3}, "task must be a task or its dotted name, not 3"),
         ({"task": tasks.add, "args": "12"}, "args must be a list or tuple"),
         ({"task": tasks.add, "kwargs": [1]}, "kwargs must be a dict"),
-        ({"task": tasks.add, "args": [{1}]}, "args must be JSON"),
+        ({"task": tasks.add, "args": [{1}]}, r"args\[0\] is a set, which does not survive"),
         ({"task": tasks.add, "count": -1}, "count must be a whole number >= 0"),
     ],
 )

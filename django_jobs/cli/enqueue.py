@@ -12,6 +12,8 @@ from django.utils import timezone
 
 from django_jobs import registry
 from django_jobs.backend import JobsBackend
+from django_jobs.codec import from_json
+from django_jobs.exceptions import PayloadNotDecodableError
 from django_jobs.models import Job
 from django_jobs.tasks import JobTask
 
@@ -25,10 +27,16 @@ def add_enqueue(add: AddSubcommand) -> None:
     sub = add("enqueue", "Enqueue a registered task, as the backend's enqueue() would.", enqueue)
     sub.add_argument("task_name", metavar="TASK_NAME", help="The task's full dotted path.")
     sub.add_argument(
-        "--args", dest="task_args", default="[]", help="Positional arguments, a JSON array."
+        "--args",
+        dest="task_args",
+        default="[]",
+        help='Positional arguments, a JSON array; tags such as {"$uuid": "..."} are decoded.',
     )
     sub.add_argument(
-        "--kwargs", dest="task_kwargs", default="{}", help="Keyword arguments, a JSON object."
+        "--kwargs",
+        dest="task_kwargs",
+        default="{}",
+        help="Keyword arguments, a JSON object; tags are decoded as in --args.",
     )
     sub.add_argument("--queue", help="Queue (default: the task's).")
     sub.add_argument("--priority", type=int, help="-100..100, higher first.")
@@ -59,7 +67,12 @@ def _json(option: str, text: str, kind: type[list[Any]] | type[dict[str, Any]]) 
     if not isinstance(value, kind):
         expected = "a JSON array" if kind is list else "a JSON object"
         raise CommandError(f"{option} must be {expected}, not {type(value).__name__}.")
-    return value
+    # The stored form (docs/concepts.md), so that a job's arguments as `jobs show`
+    # prints them can be given back, UUIDs and datetimes included.
+    try:
+        return from_json(value, option)
+    except PayloadNotDecodableError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def enqueue(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -> None:

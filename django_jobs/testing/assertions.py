@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from ..backend import jobs_backend
+from ..codec import to_json
 from ..framework import Task
 from ..models import Job
 from ..states import JobState
@@ -111,11 +112,8 @@ def _wanted(args: Any, kwargs: Any, queue: str | None) -> dict[str, Any]:
 
 
 def _as_stored(name: str, value: Any) -> Any:
-    """JSON and back: a tuple becomes a list, as it does in the row."""
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be JSON, as enqueued arguments are: {exc}") from None
+    """As the row holds it: the stored form (a UUID as its tag, codec.py), through JSON."""
+    return json.loads(json.dumps(to_json(value, name, TypeError)))
 
 
 def _matching(task: Task[Any, Any] | str, wanted: dict[str, Any], backend: str) -> list[Job]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
+from ..codec import from_json
 from ..framework import TaskError, task_finished
 from ..metrics import record
 from ..states import JobState, django_status
@@ -176,5 +177,6 @@ class Completer:
             last_error=report.error_message,
         )
         if state is JobState.SUCCEEDED:
-            object.__setattr__(result, "_return_value", report.result)
+            value = from_json(report.result, "the return value")  # as get_result() gives it
+            object.__setattr__(result, "_return_value", value)
         task_finished.send(self.sender, task_result=result)

@@ -3,6 +3,8 @@
 Both a worker's job thread and an isolated child run an attempt through
 ``TaskRunner``, so the two judge a return value, an exception or a stop the
 same way. It writes nothing: the verdict is a ``Report`` for the completer.
+Here the arguments are decoded from their stored form, and the return value
+encoded to it (``codec.py``), so both paths hand the task the same types.
 It lives apart from the executor because the isolated child imports it, and
 the executor imports the isolation.
 """
@@ -19,10 +21,12 @@ from django.utils import timezone
 
 from .. import registry, tracing
 from ..attempt import AttemptControl
+from ..codec import from_json
 from ..exceptions import (
     JobCancelled,
     JobStopped,
     JobTimedOut,
+    PayloadNotDecodableError,
     ResultNotJSONError,
     ResultTooLargeError,
     UnknownTaskError,
@@ -63,7 +67,12 @@ class TaskRunner:
         task = registry.get(claimed.task_name)
         if task is None:
             return self._unknown_task(claimed)
-        result = self._running_result(task, claimed)
+        try:
+            args = from_json(claimed.args, "args")
+            kwargs = from_json(claimed.kwargs, "kwargs")
+        except PayloadNotDecodableError as exc:
+            return _failure(claimed, AttemptOutcome.FAILED, exc, Decision(Verdict.GIVE_UP))
+        result = self._running_result(task, claimed, args, kwargs)
         control.result = result
         task_started.send(type(self.backend), task_result=result)
         try:
@@ -78,11 +87,11 @@ class TaskRunner:
                     idempotency_key=claimed.idempotency_key,
                     control=control,
                 )
-                value = task.call(context, *claimed.args, **claimed.kwargs)
+                value = task.call(context, *args, **kwargs)
             else:
-                value = task.call(*claimed.args, **claimed.kwargs)
+                value = task.call(*args, **kwargs)
             control.end()
-            check_result(value, self.settings.MAX_RESULT_BYTES)
+            stored = check_result(value, self.settings.MAX_RESULT_BYTES)
         except JobStopped as exc:
             control.end()
             return self.stopped(claimed, control, exc)
@@ -100,7 +109,7 @@ class TaskRunner:
             token=claimed.token,
             attempt_id=claimed.attempt_id,
             outcome=AttemptOutcome.SUCCEEDED,
-            result=value,
+            result=stored,
             progress=control.take_progress(),
         )
 
@@ -149,7 +158,9 @@ class TaskRunner:
             )
         return _failure(claimed, AttemptOutcome.CANCELLED, exc, Decision(Verdict.GIVE_UP), control)
 
-    def _running_result(self, task: Task[Any, Any], claimed: Claimed) -> JobResult:
+    def _running_result(
+        self, task: Task[Any, Any], claimed: Claimed, args: list[Any], kwargs: dict[str, Any]
+    ) -> JobResult:
         """The result Django's task_started is sent with, from the claim: no query."""
         return JobResult(
             task=task,
@@ -159,8 +170,8 @@ class TaskRunner:
             started_at=claimed.started_at,
             finished_at=None,
             last_attempted_at=claimed.started_at,
-            args=claimed.args,
-            kwargs=claimed.kwargs,
+            args=args,
+            kwargs=kwargs,
             backend=self.backend.alias,
             errors=[],
             worker_ids=[str(self.worker_id)] * claimed.token,

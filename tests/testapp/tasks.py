@@ -178,3 +178,9 @@ def probe(context: JobContext, seconds: float, key: str = "") -> None:
     started = time.time()
     time.sleep(seconds)
     Probe.objects.create(job_id=context.job_id, key=key, started=started, ended=time.time())
+
+
+@task
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Return what it was called with, so a test sees the types the task received."""
+    return {"args": list(args), "kwargs": kwargs}

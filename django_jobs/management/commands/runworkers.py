@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_jobs.backend import jobs_backend
 from django_jobs.cli.arguments import positive_int
 from django_jobs.engine import engine_for
+from django_jobs.reloader import run_reloading
 from django_jobs.supervisor import Supervisor
 from django_jobs.worker import WorkerConfig
 
@@ -90,8 +91,27 @@ class Command(BaseCommand):
             "from the supervisor (HOST: every interface if omitted). Needs "
             "django-jobs[metrics].",
         )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="For development: restart the worker processes when Python code changes, "
+            "as runserver does.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        for production in ("health_port", "metrics_port"):
+            if options["reload"] and options[production] is not None:
+                flag = "--" + production.replace("_", "-")
+                raise CommandError(
+                    f"--reload is for development and {flag} for production: a reloading "
+                    "runworkers restarts its workers on every code change, so its probes and "
+                    f"metrics would describe nothing stable. Leave out {flag} or --reload."
+                )
+        if options["reload"] and options["burst"]:
+            raise CommandError(
+                "--reload keeps the workers running to restart them on code changes, and "
+                "--burst exits once the queues are empty: use one or the other."
+            )
         alias = options["backend"]
         try:
             backend = jobs_backend(alias)
@@ -114,14 +134,17 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             max_memory_mb=options["max_memory"],
         )
-        with serving_metrics(options["metrics_port"], backend):
-            try:
-                supervisor = Supervisor(config, options["processes"], options["health_port"])
-            except OSError as exc:
-                raise CommandError(
-                    f"Cannot serve health probes on port {options['health_port']}: {exc}"
-                ) from None
-            code = supervisor.run()
+        if options["reload"]:
+            code = run_reloading(config, options["processes"])
+        else:
+            with serving_metrics(options["metrics_port"], backend):
+                try:
+                    supervisor = Supervisor(config, options["processes"], options["health_port"])
+                except OSError as exc:
+                    raise CommandError(
+                        f"Cannot serve health probes on port {options['health_port']}: {exc}"
+                    ) from None
+                code = supervisor.run()
         if code:
             sys.exit(code)
 
