@@ -4,11 +4,16 @@ Fills a database with ``--jobs`` finished jobs spread over a year, each with
 its attempt, then a busy last hour on top (``--hour`` jobs, one in twenty
 retried once, and a ``--backlog`` of due jobs waiting), analyses, and times
 ``timeseries()`` plus its JSON encoding: what one poll of the admin's
-timeseries view costs. Prints the median and the worst of ``--runs`` calls
-and the plan of the ended-attempts read.
+timeseries view costs. Prints the median and the worst of ``--runs`` calls,
+the rows one poll's queries return, and the plan of the ended-attempts read.
+
+``--baseline MODULE`` times that module's ``timeseries()`` too, on the same
+rows, alternating call by call with ours, so that a shared, noisy machine
+weighs on both alike: for a before/after, copy the old ``timeseries.py`` out
+of git into a module of its own (absolute imports) and name it.
 
     BENCH_DATABASE_URL=postgres://root@127.0.0.1:5432/some_db \\
-        python -m benchmarks.dashboard_timeseries --jobs 1000000
+        python -m benchmarks.dashboard_timeseries --jobs 1000000 --hour 360000
 
 The database named there is dropped and made anew.
 """
@@ -16,10 +21,14 @@ The database named there is dropped and made anew.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 from urllib.parse import urlparse
 
 import django
@@ -90,12 +99,32 @@ def fill(jobs: int, hour: int, backlog: int) -> None:
         cursor.execute("ANALYZE django_jobs_attempt")
 
 
+def rows_returned(poll: Callable[[], str]) -> tuple[int, str]:
+    """The rows all queries of one ``poll`` return (PostgreSQL's row count of each SELECT)."""
+    from django.db import connection
+
+    total = 0
+
+    def count(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal total
+        result = execute(sql, params, many, context)
+        total += max(context["cursor"].rowcount, 0)
+        return result
+
+    with connection.execute_wrapper(count):
+        body = poll()
+    return total, body
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--hour", type=int, default=36_000)
     parser.add_argument("--backlog", type=int, default=5_000)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument(
+        "--baseline", metavar="MODULE", help="also time MODULE.timeseries, interleaved with ours"
+    )
     options = parser.parse_args()
 
     from benchmarks import pg
@@ -107,8 +136,12 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from django_jobs import timeseries
     from django_jobs.models import Job
-    from django_jobs.timeseries import timeseries
+
+    implementations = {"timeseries": timeseries.timeseries}
+    if options.baseline:
+        implementations[options.baseline] = importlib.import_module(options.baseline).timeseries
 
     call_command("migrate", verbosity=0)
     started = time.perf_counter()
@@ -123,15 +156,22 @@ def main() -> None:
         )
         print("\n".join(row[0] for row in cursor.fetchall()))
 
-    times = []
+    def poll(name: str) -> str:
+        return json.dumps(implementations[name](Job.objects.all(), timezone.now()).as_json())
+
+    times: dict[str, list[float]] = {name: [] for name in implementations}
     for _ in range(options.runs):
-        began = time.perf_counter()
-        body = json.dumps(timeseries(Job.objects.all(), timezone.now()).as_json())
-        times.append(time.perf_counter() - began)
-    print(
-        f"timeseries + JSON ({len(body)} bytes): median {statistics.median(times) * 1000:.0f} ms, "
-        f"worst {max(times) * 1000:.0f} ms over {options.runs} runs"
-    )
+        for name in implementations:
+            began = time.perf_counter()
+            poll(name)
+            times[name].append(time.perf_counter() - began)
+    for name, taken in times.items():
+        rows, body = rows_returned(partial(poll, name))
+        print(
+            f"{name} + JSON ({len(body)} bytes, {rows} rows returned): "
+            f"median {statistics.median(taken) * 1000:.0f} ms, "
+            f"worst {max(taken) * 1000:.0f} ms over {options.runs} runs"
+        )
 
 
 if __name__ == "__main__":

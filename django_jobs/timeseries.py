@@ -23,23 +23,28 @@ current one, and the last is the current, partial, minute.
   ``enqueued_at`` for a first attempt): the backoff is counted as waiting, an
   overestimate bounded by the backoffs of the retries in the hour.
 * **Pickup latency**: p50, p95 and p99 of ``started_at - run_after`` over the
-  claims that started in each minute, nearest-rank. Only claims whose due
-  time is still on the row count (``claims`` says how many): the latest claim
-  of each job, unless the job has been queued again since.
+  claims that started in each minute, nearest-rank, each reported as the
+  upper bound of its histogram bucket (``LATENCY_BOUNDS``: "p95 ≤ 0.02 s"),
+  or, above the last bound, as the minute's slowest claim. Only claims whose
+  due time is still on the row count (``claims`` says how many): the latest
+  claim of each job, unless the job has been queued again since.
 
 Costs: every read is bounded by the window through an index — finished jobs
 through ``django_jobs_finished_idx``, ended attempts through
 ``django_jobs_attempt_ended_idx``, running ones through the lease table, due
 jobs through the partial claim index — so the cost follows the last hour's
-traffic and the backlog, not the history. Claims are fetched row by row (the
-percentiles are computed here, the same way on PostgreSQL and SQLite), so a
-busy hour costs a row per claim.
+traffic and the backlog, not the history. And every read is aggregated in the
+database, the same ORM on PostgreSQL and SQLite: a wait comes back as a count
+per (minute it began, minute it ended), a claim's latency as a count per
+(minute, bucket), so no query returns more than 61 * 61 rows however
+many jobs the hour ran. The database still reads each of the hour's rows; what
+no longer grows with them is what crosses the wire and what Python builds.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,7 +52,10 @@ from typing import Any
 from django.db.models import (
     Case,
     Count,
+    DurationField,
+    ExpressionWrapper,
     F,
+    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -55,7 +63,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Greatest, Trunc
+from django.db.models.functions import Coalesce, Greatest, Trunc
 
 from .models import Attempt, Job, Lease
 from .states import AttemptOutcome, JobState
@@ -68,6 +76,20 @@ PERCENTILES = {"p50": 50, "p95": 95, "p99": 99}
 FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT, AttemptOutcome.LOST)
 # Left the queue without a claim: cancelled or quarantined while queued, or expired.
 UNCLAIMED_EXITS = (JobState.CANCELLED, JobState.EXPIRED, JobState.QUARANTINED)
+# Upper bounds (inclusive) of the pickup latency histogram: 1-2-5 steps from
+# 1 ms to 2,000 s, then an hour; a last, open, bucket holds anything slower.
+# Fixed bounds let the database count claims per bucket: a percentile is
+# then read from at most len + 1 counts a minute, at the price of reporting
+# a bucket's bound (at most 2.5 times the true value) instead of the value.
+LATENCY_BOUNDS: tuple[timedelta, ...] = (
+    *(
+        timedelta(milliseconds=step * 10**power)
+        for power in range(7)
+        for step in (1, 2, 5)
+        if step * 10**power < 3_600_000
+    ),
+    timedelta(hours=1),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +100,7 @@ class Timeseries:
     throughput: dict[str, list[int]]
     failed_jobs: list[int]
     depth: list[int]
+    # Upper bounds, in seconds, of each minute's percentiles (see LATENCY_BOUNDS).
     latency: dict[str, list[float | None]]
     claims: list[int]
 
@@ -98,9 +121,18 @@ def window_start(now: datetime) -> datetime:
     return now.astimezone(UTC).replace(second=0, microsecond=0) - (MINUTES - 1) * MINUTE
 
 
-def percentile(ordered: Sequence[float], p: int) -> float:
-    """Nearest-rank: the smallest value with at least ``p`` % of the values at or below it."""
-    return ordered[max(math.ceil(p / 100 * len(ordered)), 1) - 1]
+def percentile_bucket(counts: Sequence[int], p: int) -> int:
+    """Nearest-rank over a histogram: the first bucket whose running total reaches ``p`` %.
+
+    The rank is computed in integers: ``0.95 * 20`` in floating point need not be 19.
+    """
+    rank = max(-(-p * sum(counts) // 100), 1)
+    total = 0
+    for index, count in enumerate(counts):
+        total += count
+        if total >= rank:
+            return index
+    raise ValueError(f"No percentile of an empty histogram: {list(counts)!r}.")
 
 
 def timeseries(jobs: QuerySet[Job], now: datetime, *, queue: str | None = None) -> Timeseries:
@@ -123,8 +155,13 @@ def timeseries(jobs: QuerySet[Job], now: datetime, *, queue: str | None = None) 
     def bucket(moment: datetime) -> int:
         return int((moment - start) // MINUTE)
 
-    def minute(field: str | Greatest) -> Trunc:
+    def minute(field: Any) -> Trunc:
         return Trunc(field, "minute", tzinfo=UTC)
+
+    def began(field: Any) -> Trunc:
+        # Clamped in the database, so that waits begun before the window
+        # make one group, not one per minute of the history.
+        return minute(Greatest(field, Value(start)))
 
     throughput = {outcome: [0] * MINUTES for outcome in OUTCOMES}
     ended = attempts.filter(finished_at__gte=start).annotate(at=minute("finished_at"))
@@ -154,20 +191,39 @@ def timeseries(jobs: QuerySet[Job], now: datetime, *, queue: str | None = None) 
         if 0 <= bucket(at) < MINUTES:
             failed_jobs[bucket(at)] += n
 
-    # A wait, for the depth: the minute it began (0 for any before the window)
-    # and the minute it ended (MINUTES for one still waiting).
-    waits: list[tuple[int, int]] = []
+    # Waits, for the depth, counted by the minute each began (0 for any
+    # before the window) and the minute it ended (MINUTES while it goes on).
+    waits: Counter[tuple[int, int]] = Counter()
     waiting = jobs.filter(state=JobState.QUEUED, run_after__lte=now).annotate(
-        since=minute(Greatest("run_after", Value(start)))
+        since=began("run_after")
     )
     for since, n in waiting.values_list("since").annotate(n=Count("pk")):
-        waits.extend([(bucket(since), MINUTES)] * n)
+        waits[bucket(since), MINUTES] += n
 
-    latencies: list[list[float]] = [[] for _ in range(MINUTES)]
-    for started, due, entered in _claims(attempts, start, db):
-        if due is not None and bucket(started) < MINUTES:
-            latencies[bucket(started)].append((started - due).total_seconds())
-        waits.append((max(bucket(due or entered), 0), bucket(started)))
+    histograms = [[0] * (len(LATENCY_BOUNDS) + 1) for _ in range(MINUTES)]
+    slowest: list[timedelta] = [timedelta(0)] * MINUTES
+    for claimed in _claimed(attempts, start, db):
+        pairs = claimed.annotate(since=began(_wait_began(db)), at=minute("started_at"))
+        for since, at, n in pairs.values_list("since", "at").annotate(n=Count("pk")):
+            waits[bucket(since), bucket(at)] += n
+        measured = claimed.filter(_DUE_ON_ROW).annotate(
+            at=minute("started_at"),
+            latency=ExpressionWrapper(
+                F("started_at") - F("job__run_after"), output_field=DurationField()
+            ),
+            rank=Case(
+                *(
+                    When(latency__lte=bound, then=Value(i))
+                    for i, bound in enumerate(LATENCY_BOUNDS)
+                ),
+                default=Value(len(LATENCY_BOUNDS)),
+            ),
+        )
+        by_bucket = measured.values_list("at", "rank").annotate(n=Count("pk"), top=Max("latency"))
+        for at, rank, n, top in by_bucket:
+            if bucket(at) < MINUTES:
+                histograms[bucket(at)][rank] += n
+                slowest[bucket(at)] = max(slowest[bucket(at)], top)
 
     left = jobs.filter(
         finished_at__gte=start,
@@ -183,9 +239,16 @@ def timeseries(jobs: QuerySet[Job], now: datetime, *, queue: str | None = None) 
         )
     )
     unclaimed = left.filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=F("run_after")))
-    for due, finished in unclaimed.values_list("run_after", "finished_at"):
-        if finished is not None:
-            waits.append((max(bucket(due), 0), bucket(finished)))
+    exits = unclaimed.annotate(since=began("run_after"), at=minute("finished_at"))
+    for since, at, n in exits.values_list("since", "at").annotate(n=Count("pk")):
+        waits[bucket(since), bucket(at)] += n
+
+    def upper_bound(i: int, p: int) -> float | None:
+        if not any(histograms[i]):
+            return None
+        rank = percentile_bucket(histograms[i], p)
+        top = LATENCY_BOUNDS[rank] if rank < len(LATENCY_BOUNDS) else slowest[i]
+        return top.total_seconds()
 
     return Timeseries(
         now=now,
@@ -194,57 +257,58 @@ def timeseries(jobs: QuerySet[Job], now: datetime, *, queue: str | None = None) 
         failed_jobs=failed_jobs,
         depth=_depth(waits),
         latency={
-            name: [percentile(sorted(values), p) if values else None for values in latencies]
-            for name, p in PERCENTILES.items()
+            name: [upper_bound(i, p) for i in range(MINUTES)] for name, p in PERCENTILES.items()
         },
-        claims=[len(values) for values in latencies],
+        claims=[sum(histogram) for histogram in histograms],
     )
 
 
-def _claims(
-    attempts: QuerySet[Attempt], start: datetime, db: str
-) -> Iterable[tuple[datetime, datetime | None, datetime]]:
-    """Each claim in the window: when it started, when it was due (None if overwritten since),
-    and when its wait began at the earliest (used when the due time is gone).
+# The job's run_after is this claim's due time while this is its latest
+# attempt and the row was not queued again: every requeue writes a
+# run_after later than the claim.
+_DUE_ON_ROW = Q(number=F("job__attempts"), job__run_after__lte=F("started_at"))
+
+
+def _claimed(attempts: QuerySet[Attempt], start: datetime, db: str) -> Iterator[QuerySet[Attempt]]:
+    """The attempts started in the window, in two reads that each use an index.
 
     Running attempts are read through their leases; ended ones through the
     ended-attempts index. An attempt's start is at most its end, so together
     they are every attempt started in the window.
     """
+    yield attempts.filter(finished_at__gte=start, started_at__gte=start)
+    yield attempts.filter(
+        id__in=Lease.objects.using(db).values("attempt_id"), started_at__gte=start
+    )
+
+
+def _wait_began(db: str) -> Coalesce:
+    """When a claim's wait began: its due time if still on the row, else the
+    earliest it can have been due (the end of the attempt before, or the
+    enqueue for a first attempt), else the claim itself (no wait counted)."""
     previous_end = Subquery(
         Attempt.objects.using(db)
         .filter(job=OuterRef("job"), number=OuterRef("number") - 1)
         .order_by()
         .values("finished_at")
     )
-    # The job's run_after is this claim's due time while this is its latest
-    # attempt and the row was not queued again: every requeue writes a
-    # run_after later than the claim.
-    exact = Q(number=F("job__attempts"), job__run_after__lte=F("started_at"))
-    fields = ("started_at", "due", "entered")
-    for claimed in (
-        attempts.filter(finished_at__gte=start, started_at__gte=start),
-        attempts.filter(id__in=Lease.objects.using(db).values("attempt_id"), started_at__gte=start),
-    ):
-        rows = claimed.annotate(
-            due=Case(When(exact, then=F("job__run_after"))),
-            entered=Case(
-                When(exact, then=F("job__run_after")),
-                When(number=1, then=F("job__enqueued_at")),
-                default=previous_end,
-            ),
-        ).values_list(*fields)
-        for started, due, entered in rows:
-            yield started, due, entered if entered is not None else started
+    return Coalesce(
+        Case(
+            When(_DUE_ON_ROW, then=F("job__run_after")),
+            When(number=1, then=F("job__enqueued_at")),
+            default=previous_end,
+        ),
+        F("started_at"),
+    )
 
 
-def _depth(waits: Iterable[tuple[int, int]]) -> list[int]:
+def _depth(waits: Mapping[tuple[int, int], int]) -> list[int]:
     """Waits open at the end of each minute: begun in or before it, ended after it."""
     change = [0] * (MINUTES + 1)
-    for began, ended in waits:
+    for (began, ended), n in waits.items():
         if began < ended:
-            change[began] += 1
-            change[min(ended, MINUTES)] -= 1
+            change[began] += n
+            change[min(ended, MINUTES)] -= n
     depth, open_now = [], 0
     for i in range(MINUTES):
         open_now += change[i]

@@ -75,3 +75,6 @@ def test_browser__the_charts_move_when_a_job_finishes_without_a_page_reload(
     assert console.driver.execute_script("return window.djSamePage === true;")
     latency = console.driver.find_elements(By.CSS_SELECTOR, "#dj-chart-latency .dj-s-p50")
     assert latency != []
+    # Percentiles are bucket bounds, and the numbers say so.
+    now = console.driver.find_element(By.CSS_SELECTOR, "#dj-chart-latency .dj-now")
+    assert now.text.startswith("p50 ≤ ")

@@ -8,17 +8,20 @@ to who may see the dashboard, and names what is wrong with a query.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connections
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from django_jobs.models import Attempt, Job, Lease
 from django_jobs.states import AttemptOutcome, JobState
-from django_jobs.timeseries import MINUTES, percentile, timeseries
+from django_jobs.timeseries import MINUTES, percentile_bucket, timeseries
 
 ENGINES = [
     pytest.param(
@@ -36,9 +39,9 @@ NOW = datetime(2026, 3, 2, 12, 30, 30, tzinfo=UTC)
 START = datetime(2026, 3, 2, 11, 31, tzinfo=UTC)
 
 
-def at(minute: int, second: int = 0) -> datetime:
+def at(minute: int, second: int = 0, milliseconds: int = 0) -> datetime:
     """A moment in minute ``minute`` of the window (0 is the oldest, 59 the current)."""
-    return START + timedelta(minutes=minute, seconds=second)
+    return START + timedelta(minutes=minute, seconds=second, milliseconds=milliseconds)
 
 
 def series(values: dict[int, Any], empty: Any = 0) -> list[Any]:
@@ -110,7 +113,8 @@ def an_hour_of_work(rows: Rows) -> None:
     # Succeeded at once: latency 20 s in minute 10, ended in minute 11.
     quick = rows.job(S.SUCCEEDED, run_after=at(10), attempts=1, finished_at=at(11, 5))
     rows.attempt(quick, 1, at(10, 20), at(11, 5))
-    # Two more claims in minute 10 (5 s and 60 s late): its percentiles are 20, 60, 60.
+    # Two more claims in minute 10 (5 s and 60 s late): its percentiles are 20, 60, 60,
+    # reported as their buckets' upper bounds: 20, 100, 100.
     fast = rows.job(S.SUCCEEDED, run_after=at(10, 10), attempts=1, finished_at=at(10, 50))
     rows.attempt(fast, 1, at(10, 15), at(10, 50))
     slow = rows.job(S.SUCCEEDED, run_after=at(9, 20), attempts=1, finished_at=at(12))
@@ -186,10 +190,12 @@ def test_timeseries__counts_each_minute_of_the_last_hour_exactly(rows: Rows) -> 
         range(34, 35),  # cancelled while running
         range(40, 55),  # running now
     )
+    # Upper bounds of the buckets: 20 s lands in "≤ 20 s" (bounds are inclusive),
+    # 60 s in "≤ 100 s", 120 s in "≤ 200 s", 30 s in "≤ 50 s", 900 s in "≤ 1000 s".
     assert found.latency == {
-        "p50": series({10: 20.0, 27: 120.0, 30: 30.0, 35: 60.0, 55: 900.0}, None),
-        "p95": series({10: 60.0, 27: 120.0, 30: 30.0, 35: 60.0, 55: 900.0}, None),
-        "p99": series({10: 60.0, 27: 120.0, 30: 30.0, 35: 60.0, 55: 900.0}, None),
+        "p50": series({10: 20.0, 27: 200.0, 30: 50.0, 35: 100.0, 55: 1000.0}, None),
+        "p95": series({10: 100.0, 27: 200.0, 30: 50.0, 35: 100.0, 55: 1000.0}, None),
+        "p99": series({10: 100.0, 27: 200.0, 30: 50.0, 35: 100.0, 55: 1000.0}, None),
     }
     assert found.claims == series({10: 3, 27: 1, 30: 1, 35: 1, 55: 1})
 
@@ -203,10 +209,91 @@ def test_timeseries__of_every_queue_includes_the_other_queues_work(rows: Rows) -
     assert found.claims == series({10: 3, 27: 1, 30: 1, 35: 1, 55: 1, 58: 1})
 
 
-def test_percentile__is_nearest_rank() -> None:
-    values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+def test_timeseries__reports_claims_slower_than_an_hour_as_the_minutes_slowest(
+    rows: Rows,
+) -> None:
+    quick = rows.job(JobState.SUCCEEDED, run_after=at(20), attempts=1, finished_at=at(20, 40))
+    rows.attempt(quick, 1, at(20, 0, milliseconds=300), at(20, 40))
+    for hours in (2, 3):
+        late = rows.job(
+            JobState.SUCCEEDED,
+            run_after=at(20) - timedelta(hours=hours),
+            attempts=1,
+            finished_at=at(20, 40),
+        )
+        rows.attempt(late, 1, at(20, 30), at(20, 40))
 
-    assert [percentile(values, p) for p in (50, 95, 99)] == [5.0, 10.0, 10.0]
+    found = timeseries(Job.objects.using(rows.alias), NOW)
+
+    # 0.3 s, 2 h 30 s and 3 h 30 s: the median is the second, past the last
+    # bound (1 h), so all three read the slowest claim, 3 h 30 s.
+    assert [found.latency[name][20] for name in ("p50", "p95", "p99")] == [10830.0] * 3
+    assert found.claims[20] == 3
+
+
+def a_busy_hour(rows: Rows, queue: str, copies: int) -> None:
+    """``copies`` of each way a job meets the charts, in minutes 5, 25 and 45 of ``queue``."""
+    S, F = JobState, AttemptOutcome
+    for minute in (5, 25, 45):
+        for _ in range(copies):
+            done = rows.job(
+                S.SUCCEEDED,
+                run_after=at(minute),
+                queue=queue,
+                attempts=1,
+                finished_at=at(minute, 9),
+            )
+            rows.attempt(done, 1, at(minute, 2), at(minute, 9))
+            retried = rows.job(
+                S.QUEUED,
+                run_after=at(minute + 2),
+                enqueued_at=at(minute - 1),
+                queue=queue,
+                attempts=1,
+            )
+            rows.attempt(retried, 1, at(minute, 1), at(minute + 1), F.FAILED)
+            busy = rows.job(S.RUNNING, run_after=at(minute), queue=queue, attempts=1)
+            rows.attempt(busy, 1, at(minute, 40))
+            rows.job(S.CANCELLED, run_after=at(minute), queue=queue, finished_at=at(minute + 3))
+            rows.job(S.QUEUED, run_after=at(minute, 30), queue=queue)
+
+
+def rows_fetched(alias: str, read: Callable[[], object]) -> list[int]:
+    """How many rows each query of ``read`` returned: its captured SQL, run again."""
+    connection = connections[alias]
+    with CaptureQueriesContext(connection) as captured:
+        read()
+    with connection.cursor() as cursor:
+        sizes = []
+        for query in captured.captured_queries:
+            cursor.execute(query["sql"])
+            sizes.append(len(cursor.fetchall()))
+    return sizes
+
+
+def test_timeseries__fetches_no_more_rows_for_ten_times_the_jobs(rows: Rows) -> None:
+    a_busy_hour(rows, "default", copies=2)
+    a_busy_hour(rows, "other", copies=20)
+    jobs = Job.objects.using(rows.alias)
+
+    fetched = {
+        queue: rows_fetched(rows.alias, partial(timeseries, jobs, NOW, queue=queue))
+        for queue in ("default", "other")
+    }
+
+    assert fetched["other"] == fetched["default"]
+
+
+def test_percentile_bucket__is_the_nearest_rank_read_from_cumulative_counts() -> None:
+    # 20 values: ranks 10, 19 and 20 fall in buckets 1, 2 and 3.
+    counts = [4, 6, 9, 1]
+
+    assert [percentile_bucket(counts, p) for p in (50, 95, 99)] == [1, 2, 3]
+
+
+def test_percentile_bucket__refuses_an_empty_histogram() -> None:
+    with pytest.raises(ValueError, match=r"No percentile of an empty histogram: \[0, 0\]\."):
+        percentile_bucket([0, 0], 50)
 
 
 URL = "/admin/django_jobs/job/dashboard/timeseries/"

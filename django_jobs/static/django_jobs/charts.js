@@ -21,7 +21,8 @@
      }},
     {key: "depth", kind: "lines", unit: "", series: [["depth", "due jobs waiting"]],
      values: function (d) { return {depth: d.depth}; }},
-    {key: "latency", kind: "lines", unit: " s", series: [["p50", "p50"], ["p95", "p95"], ["p99", "p99"]],
+    /* Each latency is the upper bound of its histogram bucket (timeseries.LATENCY_BOUNDS). */
+    {key: "latency", kind: "lines", unit: " s", bound: "≤ ", series: [["p50", "p50"], ["p95", "p95"], ["p99", "p99"]],
      values: function (d) { return d.latency; }}
   ];
 
@@ -38,10 +39,10 @@
     return String(t.getHours()).padStart(2, "0") + ":" + String(t.getMinutes()).padStart(2, "0");
   }
 
-  function number(v, unit) {
+  function number(v, unit, bound) {
     if (v === null || v === undefined) { return "–"; }
     var text = Math.abs(v) >= 100 ? String(Math.round(v)) : String(Number(v.toPrecision(2)));
-    return text + unit;
+    return (bound || "") + text + unit;
   }
 
   /* A ceiling a little above the highest value, on a 1-2-5 step. */
@@ -128,7 +129,8 @@
     var top = ceiling(max);
     var caption = figure.querySelector("figcaption");
     var summary = chart.series.map(function (s) {
-      return s[1] + " " + number(chart.kind === "bars" ? values[s[0]][minutes.length - 1] : latest(values, s[0]), chart.unit);
+      return s[1] + " " + number(chart.kind === "bars" ? values[s[0]][minutes.length - 1] : latest(values, s[0]),
+                                 chart.unit, chart.bound);
     }).join(", ");
     var svg = el("svg", {viewBox: "0 0 " + W + " " + H, role: "img", "class": "dj-chart-svg",
                          "aria-labelledby": figure.id + "-title " + figure.id + "-desc"});
@@ -148,7 +150,7 @@
     }).join("") + "</tr></thead>";
     var rows = minutes.map(function (m, i) {
       return "<tr><th scope=\"row\">" + clock(m) + "</th>" + chart.series.map(function (s) {
-        return "<td>" + number(values[s[0]][i], chart.unit) + "</td>";
+        return "<td>" + number(values[s[0]][i], chart.unit, chart.bound) + "</td>";
       }).join("") + "</tr>";
     }).reverse();
     node.innerHTML = head + "<tbody>" + rows.join("") + "</tbody>";
