@@ -7,7 +7,7 @@ tests.ops_settings) — as a worker still running the previous release would not
 
 from __future__ import annotations
 
-from django_jobs.framework import task
+from django_jobs import task
 
 
 @task(max_attempts=2)
