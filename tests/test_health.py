@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db.models import F
 
 from django_jobs.models import Worker
 from tests.conftest import ROOT, WorkerProcess, subprocess_env, wait_until
@@ -120,9 +121,14 @@ def test_health_port__is_live_and_ready_until_a_worker_stops_turning(
     wait_until(lambda: get(port, "/readyz")[0] == 200)
     assert get(port, "/livez") == (200, {"ok": True, "reason": "ok"})
     assert get(port, "/metrics")[0] == 404
-    pid = wait_until(
-        lambda: Worker.objects.filter(stopped_at=None).values_list("pid", flat=True).first()
+    # Both loops have turned once (a job claimed, a heartbeat written after the
+    # registration): a worker stopped before that counts as still starting.
+    job = tasks.noop.enqueue()
+    wait_until(lambda: job.refresh() or job.status == "SUCCESSFUL")
+    worker = wait_until(
+        lambda: Worker.objects.filter(stopped_at=None, heartbeat_at__gt=F("started_at")).first()
     )
+    pid = worker.pid
 
     os.kill(pid, signal.SIGSTOP)  # the process exists; its loops no longer turn
     try:
