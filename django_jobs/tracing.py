@@ -24,7 +24,8 @@ configuring it later.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -75,19 +76,7 @@ def sending(job: Job, write: Callable[[], Job]) -> Job:
     """Run ``write`` (the insert of ``job``) in a ``send`` span whose context the job carries."""
     if (active := tracer()) is None:
         return write()
-    from opentelemetry import propagate, trace
-
-    attributes = {
-        **_messaging(job.queue, "send"),
-        "messaging.message.id": str(job.id),
-        "django_jobs.task": job.task_name,
-    }
-    with active.start_as_current_span(
-        f"send {job.queue}", kind=trace.SpanKind.PRODUCER, attributes=attributes
-    ) as span:
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        job.trace_context = carrier or None
+    with _send_span(active, job, {"messaging.message.id": str(job.id)}) as span:
         stored = _recording_error(span, write)
         if stored.id != job.id:  # the idempotency key's job: that is the message
             span.set_attribute("messaging.message.id", str(stored.id))
@@ -99,20 +88,28 @@ def sending_many(prototype: Job, count: int, write: Callable[[], None]) -> None:
     if (active := tracer()) is None:
         write()
         return
+    with _send_span(active, prototype, {"messaging.batch.message_count": count}) as span:
+        _recording_error(span, write)
+
+
+@contextlib.contextmanager
+def _send_span(active: Tracer, job: Job, attributes: dict[str, str | int]) -> Iterator[Span]:
+    """The ``send`` span of ``job`` (or of a batch's prototype), its context stored on it."""
     from opentelemetry import propagate, trace
 
-    attributes: dict[str, str | int] = {
-        **_messaging(prototype.queue, "send"),
-        "messaging.batch.message_count": count,
-        "django_jobs.task": prototype.task_name,
-    }
     with active.start_as_current_span(
-        f"send {prototype.queue}", kind=trace.SpanKind.PRODUCER, attributes=attributes
+        f"send {job.queue}",
+        kind=trace.SpanKind.PRODUCER,
+        attributes={
+            **_messaging(job.queue, "send"),
+            **attributes,
+            "django_jobs.task": job.task_name,
+        },
     ) as span:
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
-        prototype.trace_context = carrier or None
-        _recording_error(span, write)
+        job.trace_context = carrier or None
+        yield span
 
 
 def _recording_error[T](span: Span, write: Callable[[], T]) -> T:

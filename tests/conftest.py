@@ -69,6 +69,26 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
         )
 
 
+# The two engines: what one does, the other must do. A test that takes
+# ``alias`` runs on each, with committed data (workers see it).
+BOTH_DATABASES = [
+    pytest.param(
+        "default",
+        marks=[pytest.mark.postgres, pytest.mark.django_db(transaction=True)],
+        id="postgres",
+    ),
+    pytest.param(
+        "sqlite", marks=pytest.mark.django_db(databases=["sqlite"], transaction=True), id="sqlite"
+    ),
+]
+
+
+@pytest.fixture(params=BOTH_DATABASES)
+def alias(request: pytest.FixtureRequest) -> str:
+    """The database (and backend) alias under test: ``default`` is PostgreSQL."""
+    return str(request.param)
+
+
 @pytest.fixture
 def pg(transactional_db: None) -> None:
     """Committed data on PostgreSQL, visible to worker processes."""

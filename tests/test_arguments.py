@@ -252,23 +252,6 @@ def test_check_result__returns_the_stored_form_and_names_the_return_value() -> N
 
 # -- end to end, on both databases ------------------------------------------------------
 
-DATABASES = [
-    pytest.param(
-        "default",
-        marks=[pytest.mark.postgres, pytest.mark.django_db(transaction=True)],
-        id="postgres",
-    ),
-    pytest.param(
-        "sqlite", marks=pytest.mark.django_db(databases=["sqlite"], transaction=True), id="sqlite"
-    ),
-]
-
-
-@pytest.fixture(params=DATABASES)
-def alias(request: pytest.FixtureRequest) -> str:
-    """The backend (and database) alias under test: ``default`` is PostgreSQL."""
-    return str(request.param)
-
 
 def run_one(alias: str) -> None:
     """Claim the one queued job, run it with the worker's runner, and record the outcome."""

@@ -23,17 +23,6 @@ from django_jobs.models import Attempt, Job, Lease
 from django_jobs.states import AttemptOutcome, JobState
 from django_jobs.timeseries import MINUTES, percentile_bucket, timeseries
 
-ENGINES = [
-    pytest.param(
-        "default",
-        marks=[pytest.mark.postgres, pytest.mark.django_db(transaction=True)],
-        id="postgres",
-    ),
-    pytest.param(
-        "sqlite", marks=pytest.mark.django_db(databases=["sqlite"], transaction=True), id="sqlite"
-    ),
-]
-
 NOW = datetime(2026, 3, 2, 12, 30, 30, tzinfo=UTC)
 # The first minute of the window: 59 minutes before the current one.
 START = datetime(2026, 3, 2, 11, 31, tzinfo=UTC)
@@ -102,9 +91,10 @@ class Rows:
         return attempt
 
 
-@pytest.fixture(params=ENGINES)
-def rows(request: pytest.FixtureRequest) -> Rows:
-    return Rows(str(request.param))
+@pytest.fixture
+def rows(alias: str) -> Rows:
+    """Rows on each database in turn (``alias``, tests/conftest.py)."""
+    return Rows(alias)
 
 
 def an_hour_of_work(rows: Rows) -> None:

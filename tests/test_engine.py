@@ -28,23 +28,7 @@ from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState, Transition
 from django_jobs.values import Report, WorkerIdentity
 from django_jobs.verbs import VERBS
 
-# Every test runs on both engines: what one engine does, the other must do.
-ENGINES = [
-    pytest.param(
-        "default",
-        marks=[pytest.mark.postgres, pytest.mark.django_db(transaction=True)],
-        id="postgres",
-    ),
-    pytest.param(
-        "sqlite", marks=pytest.mark.django_db(databases=["sqlite"], transaction=True), id="sqlite"
-    ),
-]
-
-
-@pytest.fixture(params=ENGINES)
-def alias(request: pytest.FixtureRequest) -> str:
-    """The database alias of the engine under test."""
-    return str(request.param)
+# Every test takes ``alias`` (tests/conftest.py): it runs on both engines.
 
 
 QUEUES = ("default",)

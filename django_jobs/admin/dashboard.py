@@ -122,7 +122,8 @@ CHARTS = (
         gettext_lazy("Pickup latency: claim time minus due time"),
         (("p50", gettext_lazy("p50")), ("p95", gettext_lazy("p95")), ("p99", gettext_lazy("p99"))),
         gettext_lazy(
-            "Percentiles, in seconds, of the claims started in each minute; a gap is a "
+            "Percentiles (the upper bound of the histogram bucket each falls in), in seconds, "
+            "of the claims started in each minute; a gap is a "
             "minute with no claim measured."
         ),
     ),
