@@ -90,6 +90,18 @@ def test_health__an_unreachable_database_is_critical(pg: None, unreachable_datab
     assert [check["name"] for check in report["checks"]] == ["database"]
 
 
+def test_sigterm__stops_at_once_a_worker_still_waiting_for_its_database(
+    pg: None, unreachable_database: None, start_workers: Callable[..., WorkerProcess]
+) -> None:
+    workers = start_workers(*WATCHED)
+    wait_until(lambda: "Database unavailable during start-up" in workers.output())
+
+    workers.signal(signal.SIGTERM)
+
+    assert workers.wait(5) == 0
+    assert "stopped before it started" in workers.output()
+
+
 def test_health__a_backlog_deeper_than_max_depth_is_a_warning(
     pg: None, start_workers: Callable[..., WorkerProcess]
 ) -> None:

@@ -77,7 +77,12 @@ class Faults:
         )
 
     def retry[T](self, step: Callable[[], T], tries: int | None = None) -> T | None:
-        """Run ``step`` until it gets through; None after ``tries`` faults, if given."""
+        """Run ``step`` until it gets through; None after ``tries`` faults, if given.
+
+        Without ``tries`` (start-up), a stop signal ends the waiting too: a
+        worker that never reached its database has nothing to finish, and an
+        operator's SIGTERM must not wait for the supervisor's SIGKILL.
+        """
         attempt = 0
         while True:
             attempt += 1
@@ -86,6 +91,9 @@ class Faults:
             except DatabaseError as exc:
                 if tries is not None and attempt >= tries:
                     logger.error("Giving up after %d tries: %s", attempt, exc)
+                    return None
+                if tries is None and self.stopping.is_set():
+                    logger.warning("Stopped before the database answered: %s", exc)
                     return None
                 self.fault("start-up" if tries is None else "shutdown", exc)
             else:

@@ -133,16 +133,9 @@ class Worker:
 
     def run(self) -> int:
         registry.discover(self.settings.TASK_MODULES)
-        self.faults.retry(
-            lambda: self.engine.register_worker(
-                self.identity,
-                backend=self.config.backend,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                queues=self.queues,
-                concurrency=self.config.concurrency,
-            )
-        )
+        if not self.faults.retry(self._register):
+            logger.info("Worker %s stopped before it started.", self.identity.name)
+            return 0
         listens = self.settings.LISTEN and self.engine.listens
         self._log_start(listens)
         self.lifeline.start()
@@ -171,6 +164,17 @@ class Worker:
             extra={"worker_id": str(self.identity.id), "jobs_done": self.completer.jobs_done},
         )
         return exit_code
+
+    def _register(self) -> bool:
+        self.engine.register_worker(
+            self.identity,
+            backend=self.config.backend,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=self.config.concurrency,
+        )
+        return True
 
     def _log_start(self, listens: bool) -> None:
         """What an operator needs to tell this worker's behaviour from the log alone."""
