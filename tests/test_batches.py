@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 from django.db import transaction
+from django.test import Client
+from django.urls import reverse
 
 from django_jobs import (
     BatchError,
@@ -240,6 +242,97 @@ def test_batch__a_bad_callback_is_refused_before_anything_is_written(
         tasks.noop.enqueue()
 
     assert (Batch.objects.count(), Job.objects.count()) == (0, 0)
+
+
+# -- admin and API -------------------------------------------------------------------------------
+
+
+def test_admin__the_batch_page_shows_progress_callbacks_and_members(
+    pg: None, admin_client: Client
+) -> None:
+    with batch(on_finish=tasks.batch_done, label="march invoices") as b:
+        member = tasks.gives_up.enqueue()
+        tasks.noop.enqueue()
+    drain(queue="default")
+    b.refresh_from_db()
+
+    html = admin_client.get(reverse("admin:django_jobs_batch_change", args=[b.pk])).content.decode()
+    listing = admin_client.get(reverse("admin:django_jobs_batch_changelist")).content.decode()
+    job_page = admin_client.get(reverse("admin:django_jobs_job_change", args=[member.id]))
+
+    assert "2/2 settled: 1 succeeded, 1 failed, 0 cancelled" in html
+    assert reverse("admin:django_jobs_job_change", args=[b.on_finish_job]) in html
+    assert reverse("admin:django_jobs_job_change", args=[member.id]) in html
+    assert f"?batch={b.pk}" in html
+    assert "march invoices" in listing and "2/2" in listing
+    assert reverse("admin:django_jobs_batch_change", args=[b.pk]) in job_page.content.decode()
+
+
+def test_admin__the_job_list_filters_by_batch(pg: None, admin_client: Client) -> None:
+    tasks.noop.enqueue()
+    with batch() as b:
+        member = tasks.noop.enqueue()
+
+    html = admin_client.get(reverse("admin:django_jobs_job_changelist"), {"batch": b.pk})
+
+    assert html.status_code == 200
+    assert html.context["cl"].result_count == 1
+    assert str(member.id)[:8] in html.content.decode()
+
+
+@pytest.mark.urls("tests.api_urls")
+def test_api__lists_batches_with_their_counts(pg: None, admin_client: Client) -> None:
+    with batch(on_success=tasks.batch_done, label="nightly") as b:
+        tasks.noop.enqueue()
+        tasks.noop.enqueue()
+    drain(queue="default")
+
+    listed = admin_client.get("/api/jobs/batches/").json()
+    one = admin_client.get(f"/api/jobs/batches/{b.id}/").json()
+
+    assert listed["results"] == [one]
+    b.refresh_from_db()
+    assert {key: one[key] for key in ("label", "state", "total", "settled", "pending")} == {
+        "label": "nightly",
+        "state": "succeeded",
+        "total": 2,
+        "settled": 2,
+        "pending": 0,
+    }
+    assert (one["succeeded"], one["failed"], one["cancelled"]) == (2, 0, 0)
+    assert (one["on_success"], one["on_success_job"]) == (
+        "tests.testapp.tasks.batch_done",
+        str(b.on_success_job),
+    )
+    assert (one["on_finish"], one["on_finish_job"]) == (None, None)
+
+
+@pytest.mark.urls("tests.api_urls")
+def test_api__a_batch_with_a_member_outside_the_users_tenants_is_absent(
+    pg: None, settings: Any
+) -> None:
+    from django.contrib.auth.models import User
+    from rest_framework.test import APIClient
+
+    settings.DJANGO_JOBS_API = {"TENANTS_FOR_USER": "tests.test_batches.tenant_a"}
+    with batch() as mine:
+        tasks.noop.using(tenant="A").enqueue()
+    with batch() as mixed:
+        tasks.noop.using(tenant="A").enqueue()
+        tasks.noop.using(tenant="B").enqueue()
+    client = APIClient()
+    client.force_login(User.objects.create(username="alice"))
+
+    listed = client.get("/api/jobs/batches/").json()
+    hidden = client.get(f"/api/jobs/batches/{mixed.id}/")
+
+    assert [row["id"] for row in listed["results"]] == [str(mine.id)]
+    assert hidden.status_code == 404
+
+
+def tenant_a(user: Any) -> list[str]:
+    """TENANTS_FOR_USER of the API test above: everyone acts for tenant A."""
+    return ["A"]
 
 
 # -- across real processes ----------------------------------------------------------------------
