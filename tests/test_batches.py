@@ -7,7 +7,9 @@ processes, with SIGKILLs, is the last test.
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import signal
 import time
 import uuid
@@ -32,7 +34,7 @@ from django_jobs.models import Batch, Job, Worker
 from django_jobs.states import BatchState
 from django_jobs.testing import drain
 from django_jobs.values import WorkerIdentity
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import ROOT, WorkerProcess, wait_until
 from tests.testapp import tasks
 
 
@@ -333,6 +335,34 @@ def test_api__a_batch_with_a_member_outside_the_users_tenants_is_absent(
 def tenant_a(user: Any) -> list[str]:
     """TENANTS_FOR_USER of the API test above: everyone acts for tenant A."""
     return ["A"]
+
+
+# -- the example of docs/batches.md ------------------------------------------------------------
+
+EXAMPLE = ROOT / "docs" / "examples" / "batches" / "invoices.py"
+EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
+
+
+def test_docs__the_batches_page_shows_the_example_file_verbatim() -> None:
+    page = (ROOT / "docs" / "batches.md").read_text()
+
+    shown = {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(page)}
+
+    assert shown == {EXAMPLE.name: EXAMPLE.read_text()}
+
+
+def test_docs__the_billing_example_reports_once_when_every_bill_has_settled(
+    pg: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent))
+    invoices = importlib.import_module(EXAMPLE.stem)
+    billing = invoices.bill_month("2026-03", [1, 2, -3])
+
+    drain()
+
+    results = dict(Job.objects.exclude(batch=billing).values_list("task_name", "result"))
+    assert counts("default", billing.id) == (BatchState.FINISHED, 3, 2, 1, 0)
+    assert results == {"invoices.send_report": "2026-03: 2 of 3 billed, 1 failed"}
 
 
 # -- across real processes ----------------------------------------------------------------------
