@@ -165,7 +165,9 @@ class BatchAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
                 for job in shown
             ),
         )
-        every = reverse("admin:django_jobs_job_changelist") + "?" + urlencode({"batch": str(batch.pk)})
+        every = (
+            reverse("admin:django_jobs_job_changelist") + "?" + urlencode({"batch": str(batch.pk)})
+        )
         return format_html(
             '{}<br><a href="{}">{}</a>',
             links,
