@@ -4,8 +4,8 @@ Public API: the backend (``django_jobs.backend.JobsBackend``, named in
 settings), ``task`` (Django's ``@task``, typed with our options), the retry
 policy pieces a task declares, the exceptions enqueue raises (and
 ``NotAJobsBackendError``, for an alias that names no django-jobs backend), the
-refusals of operator verbs (``django_jobs.control``), and the context a
-``takes_context=True`` task receives.
+refusals of operator verbs (``django_jobs.control``), the context a
+``takes_context=True`` task receives, and batches (``batch``, ``callback``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 # First: on an unsupported Django, a clear refusal instead of an ImportError.
 from . import supported  # noqa: F401
+from .batches import Callback, batch, callback
 from .exceptions import (
     ActorRequiredError,
     ArgumentsNotJSONError,
+    BatchError,
     DependencyError,
     EnqueueError,
     InvalidJobOptionError,
@@ -69,6 +71,8 @@ __all__ = [
     "ArgumentsNotJSONError",
     "AttemptOutcome",
     "Backoff",
+    "BatchError",
+    "Callback",
     "DependencyError",
     "EnqueueError",
     "InvalidJobOptionError",
@@ -90,6 +94,8 @@ __all__ = [
     "UnknownQueueError",
     "UnknownTaskError",
     "UnknownVerbError",
+    "batch",
+    "callback",
     "enqueue_many",
     "task",
 ]

@@ -155,12 +155,14 @@ class JobsBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task[P, T], args: Any, kwargs: Any) -> JobResult[P, T]:
         self._check_task(task)  # first: it also says if the app is not installed
+        from .batches import member_of
         from .dependencies import dependency_ids
         from .enqueue import accept, new_job
         from .results import build
 
         encoded = check_arguments(list(args), dict(kwargs), self.settings.MAX_PAYLOAD_BYTES)
         job = new_job(args=encoded.args, kwargs=encoded.kwargs, **self._job_template(task))
+        job.batch_id = member_of(self)
         after = dependency_ids(task.after) if isinstance(task, JobTask) else []
         limit = self.settings.QUEUE_MAX_DEPTH.get(task.queue_name)
         if limit is not None:
@@ -184,6 +186,7 @@ class JobsBackend(BaseTaskBackend):
         ``after=`` applies to every job of the batch (a fan-out).
         """
         self._check_task(task)  # first: it also says if the app is not installed
+        from .batches import member_of
         from .bulk import new_ids
         from .dependencies import dependency_ids, wait_for
         from .enqueue import accept_many, new_job
@@ -202,6 +205,7 @@ class JobsBackend(BaseTaskBackend):
             self.depth.check_room(self.db, task.queue_name, limit, len(given))
         template = self._job_template(task)
         prototype = new_job(args=[], kwargs={}, **template)
+        prototype.batch_id = member_of(self)
         after = dependency_ids(task.after) if isinstance(task, JobTask) else []
         if after:
             # Refuses a bad dependency now; sets the state the results report.

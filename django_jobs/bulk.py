@@ -11,6 +11,7 @@ were most of the time of a 20,000-job batch; docs/benchmarks.md has the figures.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from enum import Enum
@@ -109,6 +110,8 @@ def _text(field: Field[Any, Any], value: Any) -> str:
         return repr(value)
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, uuid.UUID):  # a batch's id
+        return str(value)
     raise TypeError(f"enqueue_many cannot write {type(value).__name__} to Job.{field.name}.")
 
 

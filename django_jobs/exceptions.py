@@ -43,6 +43,13 @@ class DependencyError(EnqueueError):
     """A job named in ``after=`` does not exist, or was discarded and can never succeed."""
 
 
+class BatchError(ValueError):
+    """A ``batch()`` was refused: nested, a bad callback, or a member it could not count.
+
+    Nothing was written.
+    """
+
+
 class NotAJobsBackendError(ImproperlyConfigured):
     """A setting or argument names a ``TASKS`` alias that is not a django-jobs backend.
 

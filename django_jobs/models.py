@@ -16,7 +16,7 @@ from django.db import models
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
-from .states import AttemptOutcome, JobState
+from .states import AttemptOutcome, BatchState, JobState
 from .verbs import VERBS
 
 
@@ -62,6 +62,17 @@ class Job(models.Model):
 
     waiting_on = models.PositiveIntegerField(
         default=0, help_text="Jobs it was enqueued after that have not succeeded yet."
+    )
+    # Set once at insert, never updated: the claim's and completion's updates
+    # stay HOT. Indexed only where set (django_jobs_batch_member_idx).
+    batch = models.ForeignKey(
+        "Batch",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="members",
+        db_index=False,
+        editable=False,
     )
 
     progress_done = models.BigIntegerField(null=True, blank=True)
@@ -134,6 +145,13 @@ class Job(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="django_jobs_idem_key_idx",
             ),
+            # A batch's members (the admin, the API). Partial: a job outside
+            # a batch gets no entry, so enqueue pays nothing for it.
+            models.Index(
+                fields=["batch", "state"],
+                condition=Q(batch__isnull=False),
+                name="django_jobs_batch_member_idx",
+            ),
             # The deadline sweep: queued jobs that carry a deadline.
             models.Index(
                 fields=["expires_at"],
@@ -157,6 +175,59 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name} {self.id} ({self.state})"
+
+
+class Batch(models.Model):
+    """Jobs enqueued together in one ``with django_jobs.batch(...)`` block, and their callbacks.
+
+    The counters hold how many members are in each kind of final state now;
+    ``batches.py`` has the rules. They move in the same transaction as the
+    member's state, under this row's lock, and the callback jobs are inserted
+    in that transaction when the counts reach ``total``: exactly once each,
+    with no polling.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    backend = models.CharField(max_length=100, default="default")
+    label = models.CharField(max_length=255, blank=True, default="")
+    state = models.CharField(max_length=16, choices=BatchState.choices, default=BatchState.OPEN)
+    total = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(
+        default=0, help_text="Members failed, exhausted, expired or quarantined."
+    )
+    cancelled = models.PositiveIntegerField(default=0, help_text="Members cancelled or discarded.")
+    # What to enqueue: {"task_name", "args", "kwargs", "options"} (batches.Callback.stored).
+    on_finish = models.JSONField(null=True, blank=True, editable=False)
+    on_success = models.JSONField(null=True, blank=True, editable=False)
+    # The callback jobs once enqueued: set exactly once, under the row's lock.
+    on_finish_job = models.UUIDField(null=True, blank=True, editable=False)
+    on_success_job = models.UUIDField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(
+        null=True, blank=True, help_text="When every member had first settled."
+    )
+    succeeded_at = models.DateTimeField(
+        null=True, blank=True, help_text="When every member had succeeded."
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "batches"
+        indexes = [models.Index(fields=["-created_at", "-id"], name="django_jobs_batch_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"batch {self.label or self.id} ({self.state})"
+
+    @property
+    def settled(self) -> int:
+        """Members in a final state now."""
+        return self.succeeded + self.failed + self.cancelled
+
+    @property
+    def pending(self) -> int:
+        """Members not in a final state now: not yet run, running, retrying, or retried."""
+        return self.total - self.settled
 
 
 class Attempt(models.Model):

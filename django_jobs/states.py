@@ -56,6 +56,19 @@ class AttemptOutcome(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
 
 
+class BatchState(models.TextChoices):
+    """Where a batch (``models.Batch``) stands; ``batches.py`` has the rules."""
+
+    # Being written: the ``with batch()`` block has not ended (nobody else sees it).
+    OPEN = "open", _("Open")
+    # Sealed, some member not settled yet.
+    RUNNING = "running", _("Running")
+    # Every member settled, not all of them succeeded: on_finish was enqueued.
+    FINISHED = "finished", _("Finished")
+    # Every member succeeded: on_finish and on_success were enqueued.
+    SUCCEEDED = "succeeded", _("Succeeded")
+
+
 LIVE_STATES = frozenset({JobState.WAITING, JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING})
 LEASED_STATES = frozenset({JobState.RUNNING, JobState.CANCELLING})
 # Work a worker can see through: a waiting job only becomes queued when one of

@@ -34,9 +34,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .. import dependencies
-from ..models import Attempt, Job, JobEvent
+from ..models import Attempt, Batch, Job, JobEvent
 from ..states import AttemptOutcome, JobState
 from . import actions, dashboard
+from .batches import batch_link
 from .filters import QueueFilter, StateFilter, TaskFilter, TenantFilter
 from .pagination import EstimatedCountPaginator
 from .readonly import ReadOnlyAdmin
@@ -242,8 +243,8 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
             },
         ),
         (
-            gettext_lazy("Dependencies"),
-            {"fields": ("waits_for", "waited_for_by")},
+            gettext_lazy("Dependencies and batch"),
+            {"fields": ("waits_for", "waited_for_by", "batch_info")},
         ),
         (
             gettext_lazy("Payload and result"),
@@ -329,6 +330,13 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=gettext_lazy("waited for by"))
     def waited_for_by(self, job: Job) -> SafeString | str:
         return self._job_links(dependencies.waited_for_by(job))
+
+    @admin.display(description=gettext_lazy("batch"))
+    def batch_info(self, job: Job) -> SafeString | str:
+        """The batch it is a member of, with the batch's progress."""
+        if job.batch_id is None:
+            return EMPTY
+        return batch_link(Batch.objects.using(job._state.db).get(id=job.batch_id))
 
     def _job_links(self, rows: QuerySet[Job]) -> SafeString | str:
         limit = DEPENDENCIES_SHOWN

@@ -18,8 +18,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from django_jobs.dependencies import waits_for
-from django_jobs.models import Attempt, Job, JobEvent, Worker
-from django_jobs.states import AttemptOutcome, JobState, django_status
+from django_jobs.models import Attempt, Batch, Job, JobEvent, Worker
+from django_jobs.states import AttemptOutcome, BatchState, JobState, django_status
 from django_jobs.verbs import Verb
 
 from ..framework import TaskResultStatus
@@ -75,6 +75,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "progress",
             "last_error",
             "waiting_on",
+            "batch",
         ]
         read_only_fields = fields
 
@@ -316,3 +317,44 @@ class WorkerSerializer(serializers.ModelSerializer[Worker]):
     def get_alive(self, worker: Worker) -> bool:
         stale_before = self.context["stale_before"]
         return worker.stopped_at is None and worker.heartbeat_at >= stale_before
+
+
+class BatchSerializer(serializers.ModelSerializer[Batch]):
+    """A batch: where its members stand, and its callbacks' jobs once enqueued."""
+
+    state = serializers.ChoiceField(choices=BatchState.choices)
+    settled = serializers.IntegerField(
+        read_only=True, help_text="Members in a final state now: succeeded + failed + cancelled."
+    )
+    pending = serializers.IntegerField(read_only=True, help_text="total - settled.")
+    on_finish = serializers.SerializerMethodField(help_text="The on_finish task, if any.")
+    on_success = serializers.SerializerMethodField(help_text="The on_success task, if any.")
+
+    class Meta:
+        model = Batch
+        fields = [
+            "id",
+            "label",
+            "backend",
+            "state",
+            "total",
+            "settled",
+            "pending",
+            "succeeded",
+            "failed",
+            "cancelled",
+            "on_finish",
+            "on_finish_job",
+            "on_success",
+            "on_success_job",
+            "created_at",
+            "finished_at",
+            "succeeded_at",
+        ]
+        read_only_fields = fields
+
+    def get_on_finish(self, batch: Batch) -> str | None:
+        return batch.on_finish["task_name"] if batch.on_finish else None
+
+    def get_on_success(self, batch: Batch) -> str | None:
+        return batch.on_success["task_name"] if batch.on_success else None

@@ -4,8 +4,9 @@
 
 gives ``api/jobs/`` (list), ``api/jobs/<id>/`` (detail),
 ``api/jobs/<id>/<verb>/`` (POST), ``api/jobs/queues/``,
-``api/jobs/queues/<name>/pause/`` and ``.../resume/`` (POST), ``api/jobs/workers/``
-and ``api/jobs/schema/`` (OpenAPI 3). ``DJANGO_JOBS_API`` is checked by
+``api/jobs/queues/<name>/pause/`` and ``.../resume/`` (POST), ``api/jobs/workers/``,
+``api/jobs/batches/`` and ``api/jobs/batches/<id>/``, and ``api/jobs/schema/``
+(OpenAPI 3). ``DJANGO_JOBS_API`` is checked by
 ``manage.py check`` (``django_jobs.E008``, so ``runserver`` and ``migrate``
 stop on a broken setting) and again at the first request.
 """
@@ -16,12 +17,20 @@ from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import SimpleRouter
 
 from .schema import SchemaView
-from .views import JobViewSet, QueuePauseView, QueueResumeView, QueueStatsView, WorkerViewSet
+from .views import (
+    BatchViewSet,
+    JobViewSet,
+    QueuePauseView,
+    QueueResumeView,
+    QueueStatsView,
+    WorkerViewSet,
+)
 
 app_name = "django_jobs_api"
 
 router = SimpleRouter()
 router.register("workers", WorkerViewSet, basename="worker")
+router.register("batches", BatchViewSet, basename="batch")
 router.register("", JobViewSet, basename="job")
 
 urlpatterns: list[URLPattern | URLResolver] = [

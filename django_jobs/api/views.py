@@ -1,5 +1,5 @@
 """The endpoints: jobs (list, detail, the operator verbs), queues (statistics, pause
-and resume), workers.
+and resume), workers, batches.
 
 Reads go through the authority policy's ``filter_jobs``, so a job the user may
 not see is simply absent: 404 on its URL, missing from lists and statistics.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.utils.text import format_lazy
@@ -29,6 +29,7 @@ from django_jobs import control
 from django_jobs.backend import jobs_backend
 from django_jobs.models import (
     Attempt,
+    Batch,
     Job,
     QueueEvent,
     Worker,
@@ -46,6 +47,7 @@ from .pagination import StrictCursorPagination
 from .permissions import Action, AuthorityPermission
 from .serializers import (
     ActionResultSerializer,
+    BatchSerializer,
     ErrorSerializer,
     JobDetailSerializer,
     JobSerializer,
@@ -370,3 +372,65 @@ class WorkerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Worker]):
         backend = jobs_backend(api_settings().backend)
         stale = timedelta(seconds=backend.settings.WORKER_STALE_SECONDS)
         return {**super().get_serializer_context(), "stale_before": timezone.now() - stale}
+
+
+class BatchPagination(StrictCursorPagination):
+    ordering = ("-created_at", "-pk")
+
+
+class BatchViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Batch]
+):
+    """Batches and their progress: the batches whose every member the user may see.
+
+    A batch's counts describe all of its members, so a batch with a member
+    outside the user's scope is absent (404 on its URL), like that job. An
+    empty batch has no member to be allowed by, so it is absent too.
+    """
+
+    schema = AutoSchema()
+    permission_classes = [AuthorityPermission]
+    authority_action = Action.VIEW
+    serializer_class = BatchSerializer
+    filter_backends = [KnownParametersFilter]
+    pagination_class = BatchPagination
+    lookup_value_regex = UUID_PATTERN
+
+    @extend_schema(
+        operation_id="batches_list",
+        tags=["batches"],
+        summary="Batches, newest first, with their counts",
+        responses={200: BatchSerializer(many=True), 400: _BAD_INPUT, 403: _DENIED},
+    )
+    @_spectacular
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="batches_retrieve",
+        tags=["batches"],
+        summary="A batch with its counts and its callbacks' jobs",
+        responses={
+            200: BatchSerializer,
+            403: _DENIED,
+            404: OpenApiResponse(
+                ErrorSerializer, description="No such batch, or not one you may see."
+            ),
+        },
+    )
+    @_spectacular
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[Batch]:
+        visible = api_settings().authority.filter_jobs(self.request, Action.VIEW, _jobs())
+        hidden = (
+            _jobs()
+            .filter(batch=OuterRef("pk"))
+            .exclude(pk__in=visible.filter(batch=OuterRef(OuterRef("pk"))).values("pk"))
+        )
+        return (
+            Batch.objects.using(api_settings().database)
+            .filter(Exists(visible.filter(batch=OuterRef("pk"))))
+            .exclude(Exists(hidden))
+        )

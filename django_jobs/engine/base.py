@@ -14,9 +14,9 @@ calls, row locks with ``SKIP LOCKED``, LISTEN/NOTIFY) and ``SqliteEngine``
 runs is decided once, by the database's vendor (``vendors.py``), and nowhere
 else. The calls both make the same way are written once, here, from the
 shared steps in this package (``claims``, ``flow``, ``completion``,
-``leases``, ``operator``, ``presence``); an engine overrides what it does
-faster, and supplies the few steps that only it knows how to do (the
-abstract methods).
+``leases``, ``operator``, ``presence``, and ``batches``, which those call);
+an engine overrides what it does faster, and supplies the few steps that
+only it knows how to do (the abstract methods).
 
 Guarantees and limits, honestly:
 

@@ -25,6 +25,7 @@ from ..retry import Verdict, budget_window, within_budget
 from ..signals import send_on_commit
 from ..states import AttemptOutcome, JobState, Transition
 from ..values import Finished, Report
+from . import batches
 from .guards import sources, target
 from .leases import write_progress
 from .wakeups import wake_on_commit
@@ -55,7 +56,7 @@ def finish(
             for lease in Lease.objects.using(db)
             .select_for_update(of=("self", "job"))
             .select_related("job")
-            .only("job_id", "token", "job__state", "job__queue")
+            .only("job_id", "token", "job__state", "job__queue", "job__batch_id")
             .filter(worker_id=worker_id, job_id__in=[r.job_id for r in reports])
         }
         current = [r for r in reports if (r.job_id, r.token) in held]
@@ -64,6 +65,7 @@ def finish(
             Lease.objects.using(db).filter(
                 job_id__in=[r.job_id for r in current], worker_id=worker_id
             ).delete()
+        moves: list[batches.Move] = []
         for report in current:
             job = held[(report.job_id, report.token)].job
             transition = transition_for(report, job.state)
@@ -117,6 +119,8 @@ def finish(
             )
             send_on_commit(db, report.job_id, transition, job.state, target(transition))
             done.applied.append((report, JobState(target(transition))))
+            if job.batch_id is not None:
+                moves.append((job.batch_id, job.state, target(transition)))
         for report in done.stale:
             Attempt.objects.using(db).filter(id=report.attempt_id, late_report__isnull=True).update(
                 late_report=report.as_late_report()
@@ -128,6 +132,7 @@ def finish(
         release_dependents(
             db, [r.job_id for r, state in done.applied if state == JobState.SUCCEEDED], now
         )
+        batches.moved(db, moves)
     return done
 
 

@@ -30,6 +30,7 @@ from ..models import Attempt, Job, Lease, Worker
 from ..signals import send_on_commit
 from ..states import TRANSITIONS, AttemptOutcome, JobState, Transition
 from ..values import Progress, Renewed
+from . import batches
 from .guards import sources, target
 from .operator import audit
 from .wakeups import wake_on_commit
@@ -161,6 +162,7 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
     if not leases:
         return
     now = timezone.now()
+    moves: list[batches.Move] = []
     for lease in leases:
         job = lease.job
         attempt_changed = (
@@ -202,6 +204,8 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
         )
         if not moved:
             continue
+        if job.batch_id is not None:
+            moves.append((job.batch_id, job.state, target(transition)))
         note = reason
         if transition is Transition.POISON:
             note = f"{poison_after} attempts in a row were lost; held as possible poison."
@@ -229,20 +233,22 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
             },
         )
     Lease.objects.using(db).filter(job_id__in=[lease.job_id for lease in leases]).delete()
+    batches.moved(db, moves)
 
 
 def expire_overdue(db: str, batch: int) -> int:
     """Mark queued jobs whose deadline passed ``expired``: they must never run late."""
     now = timezone.now()
     with transaction.atomic(using=db):
-        ids = list(
+        locked = list(
             Job.objects.using(db)
             .select_for_update(skip_locked=True)
             .filter(state=JobState.QUEUED, expires_at__lte=Now())
-            .values_list("id", flat=True)[:batch]
+            .values_list("id", "batch_id")[:batch]
         )
-        if not ids:
+        if not locked:
             return 0
+        ids = [job_id for job_id, _ in locked]
         rule = TRANSITIONS[Transition.EXPIRE]
         expired = (
             Job.objects.using(db)
@@ -256,4 +262,5 @@ def expire_overdue(db: str, batch: int) -> int:
         )
         for job_id in ids:
             send_on_commit(db, job_id, Transition.EXPIRE, JobState.QUEUED, rule.target)
+        batches.moved(db, [(b, JobState.QUEUED, rule.target) for _, b in locked if b is not None])
     return expired

@@ -20,6 +20,7 @@ from ..models import Dependency, Job, JobEvent, QueueEvent, QueueState
 from ..signals import send_on_commit
 from ..states import JobState, Transition, allowed
 from ..verbs import VERBS
+from . import batches
 from .guards import sources, target
 from .wakeups import wake_on_commit
 
@@ -35,7 +36,7 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
         job = (
             Job.objects.using(db)
             .select_for_update()
-            .only("id", "state", "queue", "attempts", "attempt_budget", "max_attempts")
+            .only("id", "state", "queue", "attempts", "attempt_budget", "max_attempts", "batch_id")
             .filter(id=job_id)
             .first()
         )
@@ -82,32 +83,37 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
         if moved != 1:
             raise LockedRowChangedError(f"job {job_id} is locked, yet left {job.state}")
         audit(db, job_id, transition, job.state, actor, note, now)
+        moves: list[batches.Move] = [(job.batch_id, job.state, target(transition))]
         if transition is Transition.DISCARD:
-            cancel_dependents(db, job_id, actor, now)
+            moves += cancel_dependents(db, job_id, actor, now)
+        batches.moved(db, moves)
         if target(transition) == JobState.QUEUED:
             wake_on_commit(db, job.queue)
         send_on_commit(db, job_id, transition, job.state, target(transition), actor, note)
     return transition
 
 
-def cancel_dependents(db: str, discarded: uuid.UUID, actor: str, now: datetime) -> None:
+def cancel_dependents(
+    db: str, discarded: uuid.UUID, actor: str, now: datetime
+) -> list[batches.Move]:
     """Cancel the jobs waiting on ``discarded``, and theirs in turn: none of them can run now.
 
     A failed, cancelled or expired dependency does not do this: an operator
     may still retry it, and its dependents wait for that. Discarding accepts
     the loss, so the jobs waiting for it end too, each with an audit event
-    naming the job it waited for.
+    naming the job it waited for. Returns their moves, for their batches.
     """
+    moves: list[batches.Move] = []
     frontier = [discarded]
     while frontier:
         edges = (
             Dependency.objects.using(db)
             .filter(depends_on_id__in=frontier)
             .order_by("job_id")
-            .values_list("job_id", "depends_on_id")
+            .values_list("job_id", "depends_on_id", "job__batch_id")
         )
         frontier = []
-        for job_id, depends_on in edges:
+        for job_id, depends_on, batch_id in edges:
             note = f"job {depends_on}, which it waited for, was discarded"
             moved = (
                 Job.objects.using(db)
@@ -132,6 +138,8 @@ def cancel_dependents(db: str, discarded: uuid.UUID, actor: str, now: datetime) 
                 note,
             )
             frontier.append(job_id)
+            moves.append((batch_id, JobState.WAITING, target(Transition.DEPENDENCY_DISCARDED)))
+    return moves
 
 
 def set_queue_paused(db: str, queue: str, paused: bool, actor: str, note: str = "") -> bool:

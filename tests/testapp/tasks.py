@@ -184,3 +184,15 @@ def probe(context: JobContext, seconds: float, key: str = "") -> None:
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """Return what it was called with, so a test sees the types the task received."""
     return {"args": list(args), "kwargs": kwargs}
+
+
+@task
+def batch_done(note: str = "", *, batch: dict[str, Any]) -> dict[str, Any]:
+    """A batch callback: returns what it received, so a test reads the counts it was given."""
+    return {"note": note, "batch": batch}
+
+
+@task(max_attempts=20)
+def naps(seconds: float) -> None:
+    """Long enough that a worker killed mid-batch holds some of its members."""
+    time.sleep(seconds)

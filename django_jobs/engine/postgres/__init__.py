@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from psycopg.types.json import Jsonb
 
 from ...bulk import Call, copy_jobs
@@ -23,7 +23,7 @@ from ...signals import send_on_commit, signal_listeners
 from ...states import AttemptOutcome, JobState, Transition
 from ...values import Claimed, Finished, Report, WorkerIdentity
 from ...wakeup import CHANNEL
-from .. import completion
+from .. import batches, completion
 from ..base import Engine
 from ..wakeups import owes_notify
 from . import statements
@@ -124,13 +124,18 @@ class PostgresEngine(Engine):
     # -- completion ------------------------------------------------------------
 
     def finish(self, worker_id: uuid.UUID, reports: Sequence[Report]) -> Finished:
-        """Plain successes in one statement; the rest, one by one (``completion.finish``)."""
+        """Plain successes in one statement; the rest, one by one (``completion.finish``).
+
+        One transaction, so a batch callback is inserted with the success that
+        made it due (without a savepoint: free inside the completer's own).
+        """
         fast = [r for r in reports if _plain_success(r)]
         if not fast:
             return super().finish(worker_id, reports)
-        applied = self._complete(worker_id, fast)
-        rest = [r for r in reports if (r.job_id, r.token) not in applied]
-        done = completion.finish(self.db, worker_id, rest, self.options)
+        with transaction.atomic(using=self.db, savepoint=False):
+            applied = self._complete(worker_id, fast)
+            rest = [r for r in reports if (r.job_id, r.token) not in applied]
+            done = completion.finish(self.db, worker_id, rest, self.options)
         done.applied[:0] = [(r, JobState.SUCCEEDED) for r in fast if (r.job_id, r.token) in applied]
         return done
 
@@ -168,6 +173,8 @@ class PostgresEngine(Engine):
                     JobState.WAITING,
                     JobState.QUEUED,
                 )
+        if rows and rows[0]["due_batches"]:
+            batches.fire_due(self.db, rows[0]["due_batches"])
         return {(row["job_id"], row["token"]) for row in rows}
 
     # -- operators -------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import cache
 
 from ...models import Job
-from ...states import TRANSITIONS, JobState, Transition
+from ...states import TRANSITIONS, BatchState, JobState, Transition
 from ...wakeup import CHANNEL
 
 
@@ -226,8 +226,9 @@ SET start = GREATEST(clock.finish, EXCLUDED.finish - EXCLUDED.claims / EXCLUDED.
 RETURNING clock.tenant
 """
 
-# Success, for a batch: end the leases this worker still holds under these
-# tokens, and only for those, mark the job succeeded and the attempt too.
+# Success, for a batch of reports: end the leases this worker still holds
+# under these tokens, and only for those, mark the job succeeded and the
+# attempt too; count the members of batches.
 # Reports whose lease is gone are absent from the result: they are stale.
 COMPLETE = f"""
 WITH report AS (
@@ -258,7 +259,32 @@ WITH report AS (
     WHERE job.id = ended.job_id
       AND job.attempts = ended.token
       AND job.state IN ({_states(Transition.COMPLETE)})
-    RETURNING job.id
+    RETURNING job.id, job.batch_id
+), member AS (
+    -- Members of batches (engine/batches.py): the batch rows, locked in one
+    -- order for every completer, and one more success counted in each below.
+    -- The lock is held until the commit, so of the completers that finish a
+    -- batch's last members the one that brings it to its total sees every
+    -- other's count. Jobs outside a batch skip both steps.
+    SELECT batch.id, counted.n
+    FROM django_jobs_batch AS batch
+    JOIN (SELECT batch_id, count(*) AS n FROM job WHERE batch_id IS NOT NULL
+          GROUP BY batch_id) AS counted ON counted.batch_id = batch.id
+    ORDER BY batch.id
+    FOR NO KEY UPDATE OF batch
+), counted AS (
+    UPDATE django_jobs_batch AS batch
+    SET succeeded = batch.succeeded + member.n
+    FROM member
+    WHERE batch.id = member.id
+    -- Its callbacks are due (engine/batches.fire_due enqueues them): every
+    -- member settled, or every member succeeded, for the first time.
+    RETURNING batch.id,
+              batch.state <> '{BatchState.OPEN}' AND (
+                  (batch.finished_at IS NULL
+                   AND batch.succeeded + batch.failed + batch.cancelled >= batch.total)
+                  OR (batch.succeeded_at IS NULL AND batch.succeeded >= batch.total)
+              ) AS due
 ), released AS (
     -- Jobs enqueued after these (dependencies.py): one unmet dependency
     -- fewer each, and queued, due now, when none is left. Each decrement
@@ -307,7 +333,8 @@ WITH report AS (
 SELECT ended.job_id, ended.token, job.id IS NOT NULL AS applied, ended.was,
        (SELECT count(*) FROM woken) AS woken,
        (SELECT array_agg(released.id) FROM released
-        WHERE released.state = '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}') AS queued
+        WHERE released.state = '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}') AS queued,
+       (SELECT array_agg(counted.id) FROM counted WHERE counted.due) AS due_batches
 FROM ended LEFT JOIN job ON job.id = ended.job_id
 """
 
