@@ -77,7 +77,6 @@ def test_fuzz__no_request_the_schema_allows_or_breaks_makes_a_5xx(pg: None, sett
     # Real WSGI requests (committed data, real authentication), not the test
     # client: an operator with Basic auth, which DRF checks without CSRF.
     settings.ALLOWED_HOSTS = ["*"]
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     User.objects.create_superuser("fuzz", password="fuzz")
     auth = {"Authorization": "Basic " + base64.b64encode(b"fuzz:fuzz").decode()}
     jobs = _jobs()
