@@ -184,3 +184,22 @@ def probe(context: JobContext, seconds: float, key: str = "") -> None:
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     """Return what it was called with, so a test sees the types the task received."""
     return {"args": list(args), "kwargs": kwargs}
+
+
+def _ledger_step(context: JobContext, name: str) -> str:
+    Ledger.objects.create(job_key=f"{context.job_id}:{name}", attempt=context.attempt)
+    return name
+
+
+@task(takes_context=True, max_attempts=3)
+def steps_until_killed(context: JobContext) -> list[str]:
+    """Three steps, each a ledger row; the first attempt waits between two and three.
+
+    The test SIGKILLs its worker there: the re-run must find steps one and two
+    recorded and run only step three (a second ledger row of a step would raise).
+    """
+    done = [context.step(name, _ledger_step, context, name) for name in ("one", "two")]
+    if context.attempt == 1:
+        time.sleep(60)
+    done.append(context.step("three", _ledger_step, context, "three"))
+    return done
