@@ -8,6 +8,8 @@ two steps is in tests/test_processes.py; the engine call in tests/test_engine.py
 
 from __future__ import annotations
 
+import importlib
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -17,6 +19,7 @@ from django_jobs import AttemptOutcome, JobState, control
 from django_jobs.codec import from_json
 from django_jobs.models import Attempt, Job, Step
 from django_jobs.testing import drain
+from tests.conftest import ROOT
 from tests.testapp import step_tasks
 from tests.testapp.models import Ledger
 
@@ -140,3 +143,45 @@ def test_operator_retry__keeps_the_steps_so_a_fixed_job_does_not_repeat_them(pla
     assert [(r.attempt, r.state) for r in drained.ran] == [(2, JobState.SUCCEEDED)]
     assert effects_of(place, result.id) == {"charge": 1}
     assert steps_of(place, result.id) == [("charge", 1)]
+
+
+# -- the example of docs/steps.md ------------------------------------------------------
+
+EXAMPLES = ROOT / "docs" / "examples" / "steps"
+EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
+
+
+def test_docs__steps_page_shows_the_example_file_verbatim() -> None:
+    page = (ROOT / "docs" / "steps.md").read_text()
+
+    shown = {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(page)}
+
+    assert shown == {path.name: path.read_text() for path in sorted(EXAMPLES.glob("*.py"))}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_docs__steps_example_charges_and_emails_once_across_its_sleep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    welcome = importlib.import_module("welcome")
+    monkeypatch.setattr(welcome, "CHARGES", [])
+    monkeypatch.setattr(welcome, "EMAILS", [])
+    result = welcome.welcome.enqueue("ada@example.com")
+
+    drained = drain()
+
+    assert [r.outcome for r in drained.ran] == [AttemptOutcome.SLEPT, AttemptOutcome.SUCCEEDED]
+    assert welcome.CHARGES == [("ada@example.com", 900)]
+    assert welcome.EMAILS == [
+        ("ada@example.com", "Your receipt ch_1"),
+        ("ada@example.com", "How is it going?"),
+    ]
+    assert drained.results[0].return_value == "ch_1"
+    assert [name for name, _ in steps_of("default", result.id)] == [
+        "charge",
+        "receipt",
+        "sleep-1",
+        "check-in",
+    ]
