@@ -4,8 +4,8 @@ Public API: the backend (``django_jobs.backend.JobsBackend``, named in
 settings), ``task`` (Django's ``@task``, typed with our options), the retry
 policy pieces a task declares, the exceptions enqueue raises (and
 ``NotAJobsBackendError``, for an alias that names no django-jobs backend), the
-refusals of operator verbs (``django_jobs.control``), and the context a
-``takes_context=True`` task receives.
+refusals of operator verbs (``django_jobs.control``), the context a
+``takes_context=True`` task receives, and the errors of its durable steps.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from .exceptions import (
     ActorRequiredError,
     ArgumentsNotJSONError,
     DependencyError,
+    DuplicateStepError,
     EnqueueError,
     InvalidJobOptionError,
     InvalidTransitionError,
@@ -33,6 +34,10 @@ from .exceptions import (
     ResultNotJSONError,
     ResultTooLargeError,
     RetryLater,
+    StaleAttemptError,
+    StepError,
+    StepResultNotJSONError,
+    StepResultTooLargeError,
     UnknownQueueError,
     UnknownTaskError,
     UnknownVerbError,
@@ -70,6 +75,7 @@ __all__ = [
     "AttemptOutcome",
     "Backoff",
     "DependencyError",
+    "DuplicateStepError",
     "EnqueueError",
     "InvalidJobOptionError",
     "InvalidTransitionError",
@@ -87,6 +93,10 @@ __all__ = [
     "ResultNotJSONError",
     "ResultTooLargeError",
     "RetryLater",
+    "StaleAttemptError",
+    "StepError",
+    "StepResultNotJSONError",
+    "StepResultTooLargeError",
     "UnknownQueueError",
     "UnknownTaskError",
     "UnknownVerbError",
