@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from django.utils import timezone
@@ -121,7 +121,8 @@ class Steps:
         self._use(step)
         if step in self._records() or when <= timezone.now():
             return
-        raise JobSleeping(when, step)
+        # In UTC, which the record stores whatever tzinfo the task used.
+        raise JobSleeping(when.astimezone(UTC), step)
 
     def sleep(self, seconds: float, name: str | None = None) -> None:
         """``sleep_until`` now plus ``seconds``."""

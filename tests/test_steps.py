@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import importlib
 import re
+import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState, control
+from django_jobs.backend import jobs_backend
 from django_jobs.codec import from_json
+from django_jobs.exceptions import StepError
 from django_jobs.models import Attempt, Job, Step
+from django_jobs.steps import Steps
 from django_jobs.testing import drain
 from tests.conftest import ROOT
 from tests.testapp import step_tasks
@@ -143,6 +148,34 @@ def test_operator_retry__keeps_the_steps_so_a_fixed_job_does_not_repeat_them(pla
     assert [(r.attempt, r.state) for r in drained.ran] == [(2, JobState.SUCCEEDED)]
     assert effects_of(place, result.id) == {"charge": 1}
     assert steps_of(place, result.id) == [("charge", 1)]
+
+
+def _no_op() -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda s: s.run(5, _no_op), "a step's name must be a non-empty string .* not 5"),
+        (lambda s: s.run("", _no_op), "a step's name must be a non-empty string .* not ''"),
+        (lambda s: s.run("x" * 201, _no_op), "at most 200 characters"),
+        (lambda s: s.run("charge", "charge_card"), "step 'charge': 'charge_card' is not callable"),
+        (lambda s: s.sleep_until(datetime(2030, 1, 1)), "needs a timezone-aware datetime"),
+        (lambda s: s.sleep(-1), "finite number of seconds >= 0, not -1"),
+        (lambda s: s.sleep(True), "finite number of seconds >= 0, not True"),
+        (lambda s: s.sleep(float("inf")), "finite number of seconds >= 0, not inf"),
+        (lambda s: s.sleep(60, name=""), "a sleep's name must be a non-empty string"),
+    ],
+    ids=["name", "empty", "long", "fn", "naive", "negative", "bool", "inf", "sleep-name"],
+)
+def test_steps__refuse_a_wrong_call_before_reading_or_writing_anything(
+    call: Callable[[Steps], object], message: str
+) -> None:
+    """No database here: a query would fail this test (it has no database access)."""
+    steps = Steps(jobs_backend("default").engine, uuid.uuid4(), uuid.uuid4(), 1, 1000)
+    with pytest.raises(StepError, match=message):
+        call(steps)
 
 
 # -- the example of docs/steps.md ------------------------------------------------------
