@@ -5,7 +5,8 @@ settings), ``task`` (Django's ``@task``, typed with our options), the retry
 policy pieces a task declares, the exceptions enqueue raises (and
 ``NotAJobsBackendError``, for an alias that names no django-jobs backend), the
 refusals of operator verbs (``django_jobs.control``), the context a
-``takes_context=True`` task receives, and batches (``batch``, ``callback``).
+``takes_context=True`` task receives, the errors of its durable steps, and
+batches (``batch``, ``callback``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .exceptions import (
     ArgumentsNotJSONError,
     BatchError,
     DependencyError,
+    DuplicateStepError,
     EnqueueError,
     InvalidJobOptionError,
     InvalidTransitionError,
@@ -35,6 +37,10 @@ from .exceptions import (
     ResultNotJSONError,
     ResultTooLargeError,
     RetryLater,
+    StaleAttemptError,
+    StepError,
+    StepResultNotJSONError,
+    StepResultTooLargeError,
     UnknownQueueError,
     UnknownTaskError,
     UnknownVerbError,
@@ -74,6 +80,7 @@ __all__ = [
     "BatchError",
     "Callback",
     "DependencyError",
+    "DuplicateStepError",
     "EnqueueError",
     "InvalidJobOptionError",
     "InvalidTransitionError",
@@ -91,6 +98,10 @@ __all__ = [
     "ResultNotJSONError",
     "ResultTooLargeError",
     "RetryLater",
+    "StaleAttemptError",
+    "StepError",
+    "StepResultNotJSONError",
+    "StepResultTooLargeError",
     "UnknownQueueError",
     "UnknownTaskError",
     "UnknownVerbError",

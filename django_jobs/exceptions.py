@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.exceptions import ImproperlyConfigured
 
 from .framework import InvalidTask
@@ -170,3 +172,54 @@ class JobTimedOut(JobStopped):
 
 class JobCancelled(JobStopped):
     """The job was cancelled; raised by ``context.raise_if_cancelled()`` or by force."""
+
+
+class StepError(ValueError):
+    """A ``context.step`` or ``context.sleep`` was called wrongly; nothing was recorded.
+
+    A mistake in the task's code (a name that is not a string, used twice in
+    one run, a naive datetime), so the attempt fails for good: running the
+    same code again would make the same mistake.
+    """
+
+
+class DuplicateStepError(StepError):
+    """Two steps of one run of a job have the same name, so a re-run could not tell them apart."""
+
+
+class StepResultNotJSONError(ResultNotJSONError):
+    """A step's function returned a value that does not survive a JSON round trip.
+
+    The function ran, but its result was not recorded: the step runs again on
+    the next attempt. Failed for good, as a task's own result would be.
+    """
+
+
+class StepResultTooLargeError(ResultTooLargeError):
+    """A step's result is over ``MAX_RESULT_BYTES`` as JSON; it was not recorded."""
+
+
+class StaleAttemptError(JobStopped):
+    """The attempt no longer holds its job's lease, so it may not record a step.
+
+    Its lease was reaped or released (its worker stopped heartbeating, or was
+    thought dead) and the job may already run again elsewhere: recording now
+    could let two attempts both believe they own the step. Raised from
+    ``context.step`` (before the step's result is recorded) and, being a
+    ``JobStopped``, not caught by a task's ``except Exception``: the task stops,
+    and its report is kept on the attempt as a late report, changing nothing.
+    """
+
+
+class JobSleeping(BaseException):
+    """Raised by ``context.sleep`` / ``sleep_until`` to end the attempt until ``until``.
+
+    The worker catches it and re-queues the job for that time (``AttemptOutcome.SLEPT``,
+    ``Transition.SLEEP``), without using up an attempt. A ``BaseException``, so
+    a task's ``except Exception`` does not swallow the sleep.
+    """
+
+    def __init__(self, until: datetime, step: str) -> None:
+        super().__init__(f"sleeping until {until.isoformat()} ({step})")
+        self.until = until
+        self.step = step

@@ -280,6 +280,32 @@ class Attempt(models.Model):
         return self.finished_at - self.started_at
 
 
+class Step(models.Model):
+    """One completed step of a job (``context.step``): its recorded result.
+
+    Written only by the attempt that holds the job's lease (``Engine.record_step``)
+    and, for a ``context.sleep``, by the completer that puts the job to sleep;
+    a later attempt returns the record instead of running the step again.
+    Kept across retries (docs/steps.md says why); deleted with its job.
+    """
+
+    # No index of the job alone: the unique (job, name) index leads with it.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps", db_index=False)
+    name = models.CharField(max_length=200)
+    attempt = models.PositiveIntegerField(help_text="The attempt that ran it and recorded it.")
+    result = models.JSONField(null=True, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["job", "id"]  # the order they were recorded in
+        constraints = [
+            models.UniqueConstraint(fields=["job", "name"], name="django_jobs_step_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.name!r} of {self.job_id} (attempt {self.attempt})"
+
+
 class Dependency(models.Model):
     """``job`` runs only once ``depends_on`` has succeeded (``.using(after=...)``).
 

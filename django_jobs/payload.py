@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .codec import to_json
-from .exceptions import PayloadTooLargeError, ResultNotJSONError, ResultTooLargeError
+from .exceptions import (
+    PayloadTooLargeError,
+    ResultNotJSONError,
+    ResultTooLargeError,
+    StepResultNotJSONError,
+    StepResultTooLargeError,
+)
 
 
 class Encoded(NamedTuple):
@@ -49,11 +55,32 @@ encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 def check_result(value: Any, max_bytes: int) -> Any:
     """A return value's stored form; refuse one we cannot store faithfully or in the bound."""
-    stored = to_json(value, "the return value", ResultNotJSONError)
+    return _bounded(value, max_bytes, "the return value", ResultNotJSONError, ResultTooLargeError)
+
+
+def check_step_result(name: str, value: Any, max_bytes: int) -> Any:
+    """A step's result in its stored form, under the same rules and bound as a return value."""
+    return _bounded(
+        value,
+        max_bytes,
+        f"the result of step {name!r}",
+        StepResultNotJSONError,
+        StepResultTooLargeError,
+    )
+
+
+def _bounded(
+    value: Any,
+    max_bytes: int,
+    root: str,
+    not_json: type[ResultNotJSONError],
+    too_large: type[ResultTooLargeError],
+) -> Any:
+    stored = to_json(value, root, not_json)
     size = len(encode(stored).encode())
     if size > max_bytes:
-        raise ResultTooLargeError(
-            f"The return value takes {size} bytes as JSON, over MAX_RESULT_BYTES "
+        raise too_large(
+            f"{root[0].upper()}{root[1:]} takes {size} bytes as JSON, over MAX_RESULT_BYTES "
             f"({max_bytes}); store large results elsewhere and return their key."
         )
     return stored

@@ -32,6 +32,7 @@ job_lost_exhausted = Signal()
 job_lost_cancelled = Signal()
 job_poisoned = Signal()
 job_expired = Signal()
+job_slept = Signal()
 job_dependencies_met = Signal()
 job_dependency_discarded = Signal()
 job_cancelled = Signal()
@@ -53,6 +54,7 @@ BY_TRANSITION: dict[Transition, Signal] = {
     Transition.REAP_CANCEL: job_lost_cancelled,
     Transition.POISON: job_poisoned,
     Transition.EXPIRE: job_expired,
+    Transition.SLEEP: job_slept,
     Transition.DEPENDENCIES_MET: job_dependencies_met,
     Transition.DEPENDENCY_DISCARDED: job_dependency_discarded,
     Transition.CANCEL: job_cancelled,

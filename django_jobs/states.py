@@ -54,6 +54,8 @@ class AttemptOutcome(models.TextChoices):
     LOST = "lost", _("Lost")
     # The attempt was stopped because the job was cancelled.
     CANCELLED = "cancelled", _("Cancelled")
+    # The task asked to sleep (``context.sleep``): the job waits, queued, until then.
+    SLEPT = "slept", _("Slept")
 
 
 class BatchState(models.TextChoices):
@@ -92,6 +94,7 @@ class Transition(StrEnum):
     REAP_CANCEL = "reap_cancel"  # ... while cancel was requested
     POISON = "poison"  # ... for the Nth time in a row: held for an operator
     EXPIRE = "expire"  # its deadline passed before it started
+    SLEEP = "sleep"  # the task asked to sleep: queued for later, the attempt not counted
     # Dependencies (``after=``).
     DEPENDENCIES_MET = "dependencies_met"  # the last job it waits for succeeded
     DEPENDENCY_DISCARDED = "dependency_discarded"  # a job it waits for can never succeed
@@ -118,6 +121,7 @@ TRANSITIONS: dict[Transition, Rule] = {
     Transition.CLAIM: Rule(frozenset({_S.QUEUED}), _S.RUNNING),
     Transition.COMPLETE: Rule(LEASED_STATES, _S.SUCCEEDED),
     Transition.SCHEDULE_RETRY: Rule(frozenset({_S.RUNNING}), _S.QUEUED),
+    Transition.SLEEP: Rule(frozenset({_S.RUNNING}), _S.QUEUED),
     Transition.EXHAUST: Rule(frozenset({_S.RUNNING}), _S.EXHAUSTED),
     Transition.FAIL: Rule(frozenset({_S.RUNNING}), _S.FAILED),
     Transition.CONFIRM_CANCEL: Rule(frozenset({_S.CANCELLING}), _S.CANCELLED),

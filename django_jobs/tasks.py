@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .attempt import AttemptControl
     from .models import Job
     from .results import JobResult
+    from .steps import Steps
 
 # One job that ``after=`` names: anything that carries the job's id.
 type DependencyRef = TaskResult[Any, Any] | Job | uuid.UUID | str
@@ -162,6 +163,7 @@ class JobContext(GenericTaskContext[Any, Any]):  # type: ignore[misc]  # the stu
     tenant: str
     idempotency_key: str | None
     control: AttemptControl = field(repr=False)
+    steps: Steps = field(repr=False)
 
     @property
     def attempt(self) -> int:
@@ -191,6 +193,32 @@ class JobContext(GenericTaskContext[Any, Any]):  # type: ignore[misc]  # the stu
         Cheap to call often: the worker writes the latest value once per heartbeat.
         """
         self.control.set_progress(done, total, message)
+
+    def step[**A, R](
+        self, name: str, fn: Callable[A, R], /, *args: A.args, **kwargs: A.kwargs
+    ) -> R:
+        """Run ``fn(*args, **kwargs)`` once for this job, whatever the attempt; return its result.
+
+        The result is recorded under the job (JSON, as arguments are stored);
+        an attempt that finds ``name`` recorded gets the record back and does
+        not call ``fn``. Names are unique within a run. Raises
+        ``StaleAttemptError`` (the task stops) if this attempt lost its lease
+        before it could record. See docs/steps.md.
+        """
+        return self.steps.run(name, fn, *args, **kwargs)
+
+    def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """End this attempt and run the job again at ``when``, holding no worker meanwhile.
+
+        The next run goes past the steps it completed and past this sleep.
+        Does not use up an attempt. ``name`` defaults to ``sleep-1``,
+        ``sleep-2``, ... in the order the run reaches its sleeps.
+        """
+        self.steps.sleep_until(when, name)
+
+    def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """``sleep_until(now + seconds)``."""
+        self.steps.sleep(seconds, name)
 
 
 class TaskOptions(TypedDict, total=False):

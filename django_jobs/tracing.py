@@ -143,7 +143,7 @@ def processing(claimed: Claimed, run: Callable[[], Report]) -> Report:
         links=links,
     ) as span:
         report = run()
-        if report.outcome != AttemptOutcome.SUCCEEDED:
+        if report.outcome not in (AttemptOutcome.SUCCEEDED, AttemptOutcome.SLEPT):
             span.set_attribute("error.type", report.error_type or report.outcome.value)
             span.set_status(trace.Status(trace.StatusCode.ERROR, report.error_message[:500]))
         return report

@@ -12,6 +12,7 @@ pipe.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -62,13 +63,16 @@ class Report:
     job_id: uuid.UUID
     token: int
     attempt_id: int
-    outcome: AttemptOutcome  # SUCCEEDED, FAILED, TIMED_OUT or CANCELLED
+    outcome: AttemptOutcome  # SUCCEEDED, FAILED, TIMED_OUT, CANCELLED or SLEPT
     result: Any = None
     error_type: str = ""
     error_message: str = ""
     traceback: str = ""
     decision: Decision | None = None  # for failures: what the retry policy said
     progress: Progress | None = None  # the last progress the task set, if unwritten
+    # For SLEPT: when the job is due again, and the name its sleep is recorded under.
+    wake_at: datetime | None = None
+    sleep_step: str = ""
     # The exception itself, so the completer can log it with its traceback
     # (``exc_info``); only in the process that caught it: never pickled.
     exception: BaseException | None = field(default=None, compare=False, repr=False)
@@ -122,6 +126,16 @@ class Progress:
 class Renewed:
     lost: set[tuple[uuid.UUID, int]]  # leases this worker no longer holds
     cancelling: set[tuple[uuid.UUID, int]]  # held leases whose job was asked to cancel
+
+
+class StepWrite(enum.StrEnum):
+    """What became of a step an attempt asked the engine to record."""
+
+    RECORDED = "recorded"
+    # The attempt does not hold the job's lease (reaped, released, superseded).
+    STALE = "stale"
+    # The job already has a step of that name: nothing was overwritten.
+    DUPLICATE = "duplicate"
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ from django_jobs.models import (
     Lease,
     QueueEvent,
     QueueState,
+    Step,
     Worker,
 )
 from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState
@@ -314,6 +315,22 @@ def test_job_page__shows_every_attempt_with_outcome_worker_duration_error_and_tr
     assert "builtins.ValueError: card declined" in html
     assert "Traceback (most recent call last):\n  boom</pre>" in html
     assert "&quot;outcome&quot;: &quot;succeeded&quot;" in html
+
+
+def test_job_page__shows_each_step_with_its_attempt_time_and_a_result_preview(
+    admin_client: Client,
+) -> None:
+    job = make_job(JobState.QUEUED, attempts=2)
+    now = timezone.now()
+    Step.objects.create(job=job, name="charge", attempt=1, result={"id": "ch_1"}, recorded_at=now)
+    Step.objects.create(job=job, name="receipt", attempt=2, result="x" * 300, recorded_at=now)
+
+    html = admin_client.get(reverse("admin:django_jobs_job_change", args=[job.pk])).content.decode()
+
+    assert re.search(r"<h2[^>]*>\s*Steps\s*</h2>", html)
+    assert html.index("charge") < html.index("receipt")
+    assert '<code class="dj-json">{&quot;id&quot;: &quot;ch_1&quot;}</code>' in html
+    assert f'<code class="dj-json">&quot;{"x" * 198}…</code>' in html
 
 
 def test_job_page__shows_the_lease_and_the_progress(admin_client: Client) -> None:

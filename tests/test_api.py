@@ -23,7 +23,16 @@ from django_jobs import control, framework
 from django_jobs.api import conf
 from django_jobs.api.permissions import Action, DefaultAuthority
 from django_jobs.exceptions import NotAJobsBackendError
-from django_jobs.models import Attempt, Dependency, Job, JobEvent, QueueEvent, QueueState, Worker
+from django_jobs.models import (
+    Attempt,
+    Dependency,
+    Job,
+    JobEvent,
+    QueueEvent,
+    QueueState,
+    Step,
+    Worker,
+)
 from django_jobs.states import AttemptOutcome, JobState
 
 pytestmark = [pytest.mark.postgres, pytest.mark.urls("tests.api_urls")]
@@ -358,6 +367,27 @@ def test_detail__shows_attempts_progress_errors_and_django_names(operator: APICl
     }
     for name in ("enqueued_at", "started_at", "finished_at", "last_attempted_at"):
         assert body[name] is not None
+
+
+def test_detail__lists_the_steps_in_the_order_they_were_recorded(operator: APIClient) -> None:
+    job = make_job(JobState.QUEUED, attempts=2)
+    now = timezone.now()
+    Step.objects.create(job=job, name="charge", attempt=1, result={"id": "ch_1"}, recorded_at=now)
+    Step.objects.create(
+        job=job,
+        name="sleep-1",
+        attempt=2,
+        result={"$datetime": "2030-01-01T00:00:00+00:00"},
+        recorded_at=now,
+    )
+
+    body = operator.get(f"{URL}{job.id}/").json()
+
+    assert [(s["name"], s["attempt"], s["result"]) for s in body["steps"]] == [
+        ("charge", 1, {"id": "ch_1"}),
+        ("sleep-1", 2, {"$datetime": "2030-01-01T00:00:00+00:00"}),
+    ]
+    assert body["steps"][0]["recorded_at"] is not None
 
 
 def test_detail__return_value_is_null_unless_the_job_succeeded(operator: APIClient) -> None:

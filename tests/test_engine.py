@@ -18,14 +18,24 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_jobs.bulk import Call
+from django_jobs.codec import to_json
 from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for
 from django_jobs.engine.base import Engine
 from django_jobs.exceptions import InvalidTransitionError
-from django_jobs.models import Attempt, Dependency, FairClock, Job, JobEvent, Lease, Worker
+from django_jobs.models import (
+    Attempt,
+    Dependency,
+    FairClock,
+    Job,
+    JobEvent,
+    Lease,
+    Step,
+    Worker,
+)
 from django_jobs.retry import Decision, Verdict
 from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState, Transition
-from django_jobs.values import Report, WorkerIdentity
+from django_jobs.values import Report, StepWrite, WorkerIdentity
 from django_jobs.verbs import VERBS
 
 # Every test takes ``alias`` (tests/conftest.py): it runs on both engines.
@@ -82,6 +92,16 @@ def report_for(job: Job, transition: Transition) -> Report:
     attempt = Attempt.objects.using(job._state.db).get(job=job, number=job.attempts)
     if transition is Transition.COMPLETE:
         return Report(job.id, job.attempts, attempt.pk, AttemptOutcome.SUCCEEDED, result=3)
+    if transition is Transition.SLEEP:
+        wake_at = timezone.now() + timedelta(hours=1)
+        return Report(
+            job.id,
+            job.attempts,
+            attempt.pk,
+            AttemptOutcome.SLEPT,
+            wake_at=wake_at,
+            sleep_step="sleep-1",
+        )
     verdict = {
         Transition.SCHEDULE_RETRY: Verdict.RETRY,
         Transition.EXHAUST: Verdict.EXHAUSTED,
@@ -221,6 +241,60 @@ def test_finish__rejects_stale_lease_and_keeps_the_late_report(alias: str) -> No
     assert (job.state, job.result, job.attempts) == (JobState.QUEUED, None, 1)
     assert attempt.outcome == AttemptOutcome.LOST
     assert attempt.late_report is not None and attempt.late_report["outcome"] == "succeeded"
+
+
+def test_finish__a_sleep_queues_the_job_for_its_wake_time_and_gives_the_attempt_back(
+    alias: str,
+) -> None:
+    job = make_job(alias, JobState.RUNNING, attempts=1, max_attempts=1, leased_by=ME)
+    sleep = report_for(job, Transition.SLEEP)
+    done = engine_for(alias).finish(ME.id, [sleep])
+    job.refresh_from_db()
+    step = Step.objects.using(alias).get(job=job)
+    attempt = Attempt.objects.using(alias).get(job=job)
+    assert done.applied == [(sleep, JobState.QUEUED)]
+    assert (job.state, job.run_after, job.attempts, job.max_attempts) == (
+        JobState.QUEUED,
+        sleep.wake_at,
+        1,
+        2,
+    )
+    assert (step.name, step.attempt, step.result) == ("sleep-1", 1, to_json(sleep.wake_at, ""))
+    assert attempt.outcome == AttemptOutcome.SLEPT
+    assert not Lease.objects.using(alias).filter(job=job).exists()
+
+
+def test_finish__a_sleep_of_a_job_asked_to_cancel_confirms_the_cancel(alias: str) -> None:
+    job = make_job(alias, JobState.CANCELLING, attempts=1, leased_by=ME)
+    engine_for(alias).finish(ME.id, [report_for(job, Transition.SLEEP)])
+    job.refresh_from_db()
+    assert (job.state, Step.objects.using(alias).count()) == (JobState.CANCELLED, 0)
+
+
+def test_record_step__records_under_the_held_lease_once_per_name(alias: str) -> None:
+    job = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME)
+    engine = engine_for(alias)
+    first = engine.record_step(ME.id, job.id, 1, "charge", {"charge_id": "ch_1"})
+    again = engine.record_step(ME.id, job.id, 1, "charge", {"charge_id": "ch_2"})
+    step = Step.objects.using(alias).get(job=job)
+    assert (first, again) == (StepWrite.RECORDED, StepWrite.DUPLICATE)
+    assert (step.name, step.attempt, step.result) == ("charge", 1, {"charge_id": "ch_1"})
+
+
+def test_record_step__refuses_an_attempt_that_no_longer_holds_the_lease(alias: str) -> None:
+    job = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    engine = engine_for(alias)
+    engine.reap()
+    [again] = engine.claim(ME, QUEUES, 1, lease_seconds=10)
+    other = uuid.uuid4()
+    refused = [
+        engine.record_step(ME.id, job.id, 1, "charge", "old token"),
+        engine.record_step(other, job.id, 2, "charge", "another worker"),
+    ]
+    held = engine.record_step(ME.id, job.id, again.token, "charge", "current")
+    assert refused == [StepWrite.STALE, StepWrite.STALE]
+    assert held == StepWrite.RECORDED
+    assert list(Step.objects.using(alias).values_list("attempt", "result")) == [(2, "current")]
 
 
 def test_finish__rejects_an_old_token_after_the_job_was_reclaimed(alias: str) -> None:

@@ -13,11 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connections, transaction
+from psycopg.types.json import Jsonb
 
 from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for
 from django_jobs.engine.postgres import statements
-from django_jobs.models import Attempt, FairClock, Job, Lease
+from django_jobs.models import Attempt, FairClock, Job, Lease, Step
 from django_jobs.states import AttemptOutcome, JobState
 from django_jobs.values import Report, WorkerIdentity
 from tests.conftest import run_in_processes
@@ -81,6 +82,30 @@ def test_renew__skips_a_lease_the_completer_holds_instead_of_waiting_for_it(pg: 
     after = {lease.job_id: lease.expires_at for lease in Lease.objects.all()}
     assert renewed.lost == set()
     assert (after[busy.id] == before[busy.id], after[idle.id] > before[idle.id]) == (True, True)
+
+
+def test_record_step__holds_the_lease_against_the_reaper_until_the_step_commits(pg: None) -> None:
+    """Else a step could commit after its lease was reaped, and the next attempt miss it."""
+    job = make_job(DB, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    params = connections[DB].get_connection_params()
+    with psycopg.connect(**params) as task:  # the task's transaction, the step just recorded
+        task.execute(
+            statements.RECORD_STEP,
+            {
+                "job_id": job.id,
+                "token": 1,
+                "worker_id": ME.id,
+                "name": "charge",
+                "result": Jsonb(1),
+            },
+        )
+        while_recording = engine_for(DB).reap()
+        task.commit()
+    after = engine_for(DB).reap()
+    attempt = Attempt.objects.get(job=job)
+    assert (while_recording, after) == (0, 1)
+    assert list(Step.objects.values_list("name", "attempt")) == [("charge", 1)]
+    assert attempt.outcome == AttemptOutcome.LOST
 
 
 # -- the same statements, from several processes at once -----------------------

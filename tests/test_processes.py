@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -14,7 +15,7 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState
-from django_jobs.models import Attempt, Job, Worker
+from django_jobs.models import Attempt, Job, Step, Worker
 from tests.conftest import WorkerProcess, wait_until
 from tests.testapp import tasks
 from tests.testapp.models import Ledger
@@ -81,6 +82,29 @@ def test_supervisor_releases_a_dead_workers_jobs_at_once(pg: None, start_workers
         AttemptOutcome.SUCCEEDED,
     ]
     assert "died (killed by signal 9)" in result.attempt_log[0].error_message
+
+
+def test_sigkill_between_steps__the_rerun_on_a_fresh_worker_runs_only_the_step_left(
+    pg: None, start_workers: Start
+) -> None:
+    result = tasks.steps_until_killed.enqueue()
+    start_workers("--concurrency", "1")
+    wait_until(lambda: Step.objects.filter(job_id=result.id, name="two").exists(), timeout=30)
+    os.kill(running_pid(result.id) or 0, signal.SIGKILL)  # the worker process, mid-task
+    wait_until(lambda: job_state(result.id) == JobState.SUCCEEDED, timeout=30)
+    result.refresh()
+    ledger = Ledger.objects.filter(job_key__startswith=f"{result.id}:")
+    assert sorted(ledger.values_list("job_key", "attempt")) == [
+        (f"{result.id}:one", 1),
+        (f"{result.id}:three", 2),
+        (f"{result.id}:two", 1),
+    ]
+    assert [a.outcome for a in result.attempt_log] == [
+        AttemptOutcome.LOST,
+        AttemptOutcome.SUCCEEDED,
+    ]
+    assert result.attempt_log[0].worker_id != result.attempt_log[1].worker_id
+    assert result.return_value == ["one", "two", "three"]
 
 
 def test_paused_workers_late_completion_changes_nothing(pg: None, start_workers: Start) -> None:

@@ -16,6 +16,7 @@ from django_jobs.models import (
     JobEvent,
     RateWindow,
     RetryWindow,
+    Step,
     Worker,
 )
 from django_jobs.states import AttemptOutcome, JobState
@@ -102,6 +103,19 @@ def test_prune__deletes_finished_jobs_older_than_the_cutoff_with_their_attempts_
         1,
     )
     assert (Job.objects.count(), Attempt.objects.count(), JobEvent.objects.count()) == (0, 0, 0)
+
+
+def test_prune__deletes_the_steps_of_the_jobs_it_deletes(pg: None) -> None:
+    old = finished_job(days_ago=8)
+    young = finished_job(days_ago=6)
+    for job in (old, young):
+        Step.objects.create(
+            job=job, name="charge", attempt=1, result=1, recorded_at=job.enqueued_at
+        )
+
+    retention.prune(DB, older_than=WEEK)
+
+    assert list(Step.objects.values_list("job_id", flat=True)) == [young.id]
 
 
 def test_prune__keeps_jobs_that_finished_after_the_cutoff(pg: None) -> None:

@@ -34,7 +34,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .. import dependencies
-from ..models import Attempt, Batch, Job, JobEvent
+from ..models import Attempt, Batch, Job, JobEvent, Step
 from ..states import AttemptOutcome, JobState
 from . import actions, dashboard
 from .batches import batch_link
@@ -150,6 +150,26 @@ class AttemptInline(ReadOnlyInline):
         return EMPTY if attempt.late_report is None else pretty_json(attempt.late_report)
 
 
+# Characters of a step's result shown on the job page; the API has it whole.
+STEP_RESULT_PREVIEW = 200
+
+
+class StepInline(ReadOnlyInline):
+    """What the job's completed steps recorded: what a re-run will not do again."""
+
+    model = Step
+    verbose_name_plural = gettext_lazy("steps")
+    fields = readonly_fields = ("name", "attempt", "recorded_at", "result_preview")
+    ordering = ("id",)
+
+    @admin.display(description=gettext_lazy("result"))
+    def result_preview(self, step: Step) -> SafeString:
+        text = json.dumps(step.result, sort_keys=True, ensure_ascii=False)
+        return format_html(
+            '<code class="dj-json">{}</code>', Truncator(text).chars(STEP_RESULT_PREVIEW)
+        )
+
+
 class JobEventInline(ReadOnlyInline):
     model = JobEvent
     verbose_name_plural = gettext_lazy("audit trail")
@@ -197,7 +217,7 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     # Facet counts are one COUNT per filter choice over the table: never on a big one.
     show_facets = admin.ShowFacets.NEVER
     actions = actions.BULK_ACTIONS
-    inlines = (AttemptInline, JobEventInline)
+    inlines = (AttemptInline, StepInline, JobEventInline)
     change_list_template = "django_jobs/admin/job/change_list.html"
     change_form_template = "django_jobs/admin/job/change_form.html"
     fieldsets = (

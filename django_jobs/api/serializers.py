@@ -18,7 +18,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from django_jobs.dependencies import waits_for
-from django_jobs.models import Attempt, Batch, Job, JobEvent, Worker
+from django_jobs.models import Attempt, Batch, Job, JobEvent, Step, Worker
 from django_jobs.states import AttemptOutcome, BatchState, JobState, django_status
 from django_jobs.verbs import Verb
 
@@ -116,6 +116,20 @@ class AttemptSerializer(serializers.ModelSerializer[Attempt]):
         return None if duration is None else duration.total_seconds()
 
 
+class StepSerializer(serializers.ModelSerializer[Step]):
+    """A completed step (``context.step``) or sleep; its result in its stored form."""
+
+    attempt = serializers.IntegerField(help_text="The attempt that ran and recorded it.")
+    result = serializers.JSONField(
+        help_text="As stored: JSON, with UUID, datetime, date, time and Decimal tagged."
+    )
+
+    class Meta:
+        model = Step
+        fields = ["name", "attempt", "recorded_at", "result"]
+        read_only_fields = fields
+
+
 class EventSerializer(serializers.ModelSerializer[JobEvent]):
     class Meta:
         model = JobEvent
@@ -146,6 +160,9 @@ class JobDetailSerializer(JobSerializer):
         help_text="Ids of the jobs it was enqueued after (after=), oldest first."
     )
     attempt_log = AttemptSerializer(source="attempt_set", many=True, read_only=True)
+    steps = StepSerializer(
+        many=True, read_only=True, help_text="Its completed steps, in the order they were recorded."
+    )
     events = EventSerializer(many=True, read_only=True, help_text="The audit trail.")
 
     class Meta(JobSerializer.Meta):
@@ -162,6 +179,7 @@ class JobDetailSerializer(JobSerializer):
             "worker_ids",
             "waits_for",
             "attempt_log",
+            "steps",
             "events",
         ]
         read_only_fields = fields

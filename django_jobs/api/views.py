@@ -149,7 +149,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(
         operation_id="jobs_retrieve",
         tags=["jobs"],
-        summary="A job with its attempts, progress, result, errors and audit trail",
+        summary="A job with its attempts, steps, progress, result, errors and audit trail",
         responses={200: JobDetailSerializer, 403: _DENIED, 404: _NOT_FOUND},
     )
     @_spectacular
@@ -173,7 +173,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         jobs = authority.filter_jobs(self.request, Action.VIEW, _jobs())
         if self.action == "retrieve":
             attempts = Attempt.objects.using(api_settings().database).order_by("number")
-            jobs = jobs.prefetch_related(Prefetch("attempt_set", queryset=attempts), "events")
+            jobs = jobs.prefetch_related(
+                Prefetch("attempt_set", queryset=attempts), "steps", "events"
+            )
         return jobs
 
     def filter_queryset(self, queryset: QuerySet[Job, Any]) -> QuerySet[Job, Any]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from django.db import transaction
 
@@ -41,7 +42,7 @@ from ..conf import JobsOptions
 from ..fairness import Head
 from ..models import Job
 from ..states import Transition
-from ..values import Claimed, Finished, Progress, Renewed, Report, WorkerIdentity
+from ..values import Claimed, Finished, Progress, Renewed, Report, StepWrite, WorkerIdentity
 from . import completion, due, flow, leases, operator, presence
 
 Held = tuple[uuid.UUID, int]  # (job id, lease token): one attempt this worker runs
@@ -157,6 +158,27 @@ class Engine(ABC):
     def release_worker(self, worker_id: uuid.UUID, reason: str) -> int:
         """Give back every lease of one worker, their attempts ``lost``, requeued at once."""
         return leases.release_worker(self.db, worker_id, reason, self.options.POISON_LOST_ATTEMPTS)
+
+    # -- the task's steps --------------------------------------------------------
+
+    @abstractmethod
+    def record_step(
+        self,
+        worker_id: uuid.UUID,
+        job_id: uuid.UUID,
+        token: int,
+        name: str,
+        result: Any,
+    ) -> StepWrite:
+        """Record a completed step of the attempt ``token`` (``context.step``), fenced on its lease.
+
+        ``result`` is in its stored form (``codec.to_json``). Refused, with
+        nothing written, when this worker does not hold the job's lease under
+        that token (``STALE``) or the job has a step of that name already
+        (``DUPLICATE``). Joins the caller's transaction, if the task runs the
+        step in one: the record then commits (or rolls back) with the task's
+        own writes.
+        """
 
     # -- the lifeline ----------------------------------------------------------
 

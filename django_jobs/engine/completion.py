@@ -1,4 +1,4 @@
-"""Applying attempt outcomes one by one: success, retry, exhaustion, cancellation.
+"""Applying attempt outcomes one by one: success, retry, exhaustion, cancellation, sleep.
 
 Every outcome a worker reports ends here unless an engine has a faster way
 for the plain case (PostgreSQL completes plain successes in one statement).
@@ -28,6 +28,7 @@ from ..values import Finished, Report
 from . import batches
 from .guards import sources, target
 from .leases import write_progress
+from .steps import record_sleep
 from .wakeups import wake_on_commit
 
 
@@ -76,6 +77,10 @@ def finish(
             }
             if transition is Transition.COMPLETE:
                 job_changes.update(result=report.result, finished_at=now, last_error="")
+            elif transition is Transition.SLEEP:
+                # Asleep, not failed: due again at its wake time, and the
+                # attempt goes back to the budget, as a postponed one does.
+                job_changes.update(run_after=report.wake_at, max_attempts=F("max_attempts") + 1)
             else:
                 job_changes["last_error"] = short_error(report)
                 decision = report.decision
@@ -108,6 +113,8 @@ def finish(
                 continue
             if report.progress is not None:
                 write_progress(db, report.job_id, report.token, report.progress, now)
+            if transition is Transition.SLEEP and report.wake_at is not None:
+                record_sleep(db, report.job_id, report.token, report.sleep_step, report.wake_at)
             Attempt.objects.using(db).filter(
                 id=report.attempt_id, outcome=AttemptOutcome.RUNNING
             ).update(
@@ -141,6 +148,10 @@ def transition_for(report: Report, state: str) -> Transition:
         return Transition.COMPLETE
     if state == JobState.CANCELLING:
         return Transition.CONFIRM_CANCEL
+    if report.outcome == AttemptOutcome.SLEPT:
+        if report.wake_at is None:
+            raise ValueError("a sleep report needs the time to wake at")
+        return Transition.SLEEP
     if report.decision is None:
         raise ValueError("a failure report needs the retry policy's decision")
     return {

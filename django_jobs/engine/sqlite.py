@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from django.db import connections
 from django.db.backends.sqlite3.creation import DatabaseCreation
@@ -18,8 +19,8 @@ from ..bulk import Call
 from ..fairness import Head
 from ..models import Dependency, Job
 from ..states import JobState
-from ..values import Claimed, WorkerIdentity
-from . import claims, fair_clocks
+from ..values import Claimed, StepWrite, WorkerIdentity
+from . import claims, fair_clocks, steps
 from .base import Engine
 
 # A window function over the queue's ready jobs: each tenant's next jobs.
@@ -65,6 +66,16 @@ class SqliteEngine(Engine):
 
     def record_served(self, queue: str, served: Mapping[str, tuple[int, float]]) -> None:
         fair_clocks.record(self.db, queue, served, self.options.FAIR_QUEUES.get(queue, {}))
+
+    def record_step(
+        self,
+        worker_id: uuid.UUID,
+        job_id: uuid.UUID,
+        token: int,
+        name: str,
+        result: Any,
+    ) -> StepWrite:
+        return steps.record_step(self.db, worker_id, job_id, token, name, result)
 
     def unusable_for_workers(self) -> str | None:
         """An in-memory database: each worker process would work on a copy of its own.

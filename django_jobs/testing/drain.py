@@ -13,7 +13,8 @@ What differs from a worker, and why:
   ``TestCase`` everything stays in the test's transaction, which nobody else
   can see; so there is no LISTEN, no heartbeat and no reaper. A lease never
   expires during a drain.
-* Time does not pass by itself. A retry's backoff is skipped, and with
+* Time does not pass by itself. A retry's backoff is skipped, and so is a
+  ``context.sleep`` (the job runs again at once, past the sleep), and with
   ``with_scheduled=True`` so is a ``run_after`` in the future: when nothing
   is due, the engine brings the soonest waiting moment forward
   (``Engine.bring_forward``), so jobs run in the order the clock would have
@@ -101,7 +102,14 @@ class Drained:
     @property
     def retried(self) -> int:
         """Attempts that failed and left their job queued for another."""
-        return sum(1 for r in self.ran if r.state is JobState.QUEUED)
+        return sum(
+            1 for r in self.ran if r.state is JobState.QUEUED and r.outcome != AttemptOutcome.SLEPT
+        )
+
+    @property
+    def slept(self) -> int:
+        """Attempts that ended in ``context.sleep``, their job queued for its wake time."""
+        return sum(1 for r in self.ran if r.outcome == AttemptOutcome.SLEPT)
 
     @property
     def attempts(self) -> int:

@@ -150,6 +150,10 @@ class Completer:
         for report, state in done.applied:
             if state is JobState.QUEUED and report.decision is not None:
                 self.on_retry(time.monotonic() + report.decision.delay)
+            elif state is JobState.QUEUED and report.wake_at is not None:
+                # A sleep is due like a retry: this worker looks again then.
+                delay = (report.wake_at - timezone.now()).total_seconds()
+                self.on_retry(time.monotonic() + max(0.0, delay))
             attempt = ended.get(_key(report))
             if attempt is not None:
                 self._send_finished(report, state, attempt.control.result)

@@ -35,6 +35,7 @@ _HOW = {
     AttemptOutcome.FAILED: "failed",
     AttemptOutcome.TIMED_OUT: "timed out",
     AttemptOutcome.CANCELLED: "was stopped",
+    AttemptOutcome.SLEPT: "went to sleep",
 }
 
 
@@ -42,6 +43,8 @@ def log_applied(report: Report, state: JobState, claimed: Claimed) -> None:
     """Log how an attempt ended and what became of its job, if it did not succeed."""
     if report.outcome == AttemptOutcome.SUCCEEDED:
         return
+    if report.outcome == AttemptOutcome.SLEPT and state is JobState.QUEUED:
+        return  # asleep as the task asked: nothing went wrong
     level, ending = _ENDINGS[state]
     how = _HOW[report.outcome]
     delay = report.decision.delay if report.decision is not None else 0.0

@@ -24,11 +24,14 @@ from ..attempt import AttemptControl
 from ..codec import from_json
 from ..exceptions import (
     JobCancelled,
+    JobSleeping,
     JobStopped,
     JobTimedOut,
     PayloadNotDecodableError,
     ResultNotJSONError,
     ResultTooLargeError,
+    StaleAttemptError,
+    StepError,
     UnknownTaskError,
 )
 from ..framework import task_started
@@ -36,6 +39,7 @@ from ..payload import check_result
 from ..results import JobResult
 from ..retry import Decision, Verdict, unknown_task_decision
 from ..states import AttemptOutcome, JobState, django_status
+from ..steps import Steps
 from ..tasks import JobContext
 from ..values import Claimed, Report
 
@@ -86,6 +90,13 @@ class TaskRunner:
                     tenant=claimed.tenant,
                     idempotency_key=claimed.idempotency_key,
                     control=control,
+                    steps=Steps(
+                        self.backend.engine,
+                        self.worker_id,
+                        claimed.job_id,
+                        claimed.token,
+                        self.settings.MAX_RESULT_BYTES,
+                    ),
                 )
                 value = task.call(context, *args, **kwargs)
             else:
@@ -95,12 +106,24 @@ class TaskRunner:
         except JobStopped as exc:
             control.end()
             return self.stopped(claimed, control, exc)
+        except JobSleeping as sleep:
+            control.end()
+            return Report(
+                job_id=claimed.job_id,
+                token=claimed.token,
+                attempt_id=claimed.attempt_id,
+                outcome=AttemptOutcome.SLEPT,
+                progress=control.take_progress(),
+                wake_at=sleep.until,
+                sleep_step=sleep.step,
+            )
         except BaseException as exc:  # SystemExit too: in a job thread it ends the job, not us
             control.end()
             policy = self.backend.retry_policy(task, claimed.max_attempts)
+            # What the same code would do again: the result, or a step misused.
             decision = (
                 Decision(Verdict.GIVE_UP)
-                if isinstance(exc, ResultNotJSONError | ResultTooLargeError)
+                if isinstance(exc, ResultNotJSONError | ResultTooLargeError | StepError)
                 else policy.decide(exc, claimed.token)
             )
             return _failure(claimed, AttemptOutcome.FAILED, exc, decision, control)
@@ -150,6 +173,9 @@ class TaskRunner:
             # For retry_on / give_up_on, a timeout counts as a TimeoutError.
             decision = policy.decide(TimeoutError(str(exc)), claimed.token)
             return _failure(claimed, AttemptOutcome.TIMED_OUT, exc, decision, control)
+        if isinstance(exc, StaleAttemptError):
+            # Its report is stale whatever it says: kept on the attempt, applied nowhere.
+            return _failure(claimed, AttemptOutcome.FAILED, exc, Decision(Verdict.GIVE_UP), control)
         if not exc.args:
             grace = self.settings.CANCEL_GRACE_SECONDS
             exc = JobCancelled(

@@ -196,3 +196,20 @@ def batch_done(note: str = "", *, batch: dict[str, Any]) -> dict[str, Any]:
 def naps(seconds: float) -> None:
     """Long enough that a worker killed mid-batch holds some of its members."""
     time.sleep(seconds)
+def _ledger_step(context: JobContext, name: str) -> str:
+    Ledger.objects.create(job_key=f"{context.job_id}:{name}", attempt=context.attempt)
+    return name
+
+
+@task(takes_context=True, max_attempts=3)
+def steps_until_killed(context: JobContext) -> list[str]:
+    """Three steps, each a ledger row; the first attempt waits between two and three.
+
+    The test SIGKILLs its worker there: the re-run must find steps one and two
+    recorded and run only step three (a second ledger row of a step would raise).
+    """
+    done = [context.step(name, _ledger_step, context, name) for name in ("one", "two")]
+    if context.attempt == 1:
+        time.sleep(60)
+    done.append(context.step("three", _ledger_step, context, "three"))
+    return done

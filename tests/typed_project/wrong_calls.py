@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from billing.tasks import add, rebuild_index, send_receipt
 
-from django_jobs import task
+from django_jobs import JobContext, task
 
 add.enqueue("1", 2)  # wrong: arg-type
 add.enqueue(1)  # wrong: call-arg
@@ -27,3 +27,13 @@ def bad_option() -> None: ...
 
 @task(takes_context=True)  # wrong: arg-type
 def no_context(order_id: int) -> None: ...
+
+
+def plus(a: int, b: int) -> int:
+    return a + b
+
+
+def steps(context: JobContext) -> str:
+    context.step("sum", plus, "1", 2)  # wrong: arg-type
+    context.sleep("soon")  # wrong: arg-type
+    return context.step("sum", plus, 1, 2)  # wrong: return-value

@@ -21,7 +21,7 @@ from ...fairness import Head, served
 from ...models import Job
 from ...signals import send_on_commit, signal_listeners
 from ...states import AttemptOutcome, JobState, Transition
-from ...values import Claimed, Finished, Report, WorkerIdentity
+from ...values import Claimed, Finished, Report, StepWrite, WorkerIdentity
 from ...wakeup import CHANNEL
 from .. import batches, completion
 from ..base import Engine
@@ -176,6 +176,30 @@ class PostgresEngine(Engine):
         if rows and rows[0]["due_batches"]:
             batches.fire_due(self.db, rows[0]["due_batches"])
         return {(row["job_id"], row["token"]) for row in rows}
+
+    # -- the task's steps --------------------------------------------------------
+
+    def record_step(
+        self,
+        worker_id: uuid.UUID,
+        job_id: uuid.UUID,
+        token: int,
+        name: str,
+        result: Any,
+    ) -> StepWrite:
+        params = {
+            "job_id": job_id,
+            "token": token,
+            "worker_id": worker_id,
+            "name": name,
+            "result": Jsonb(result),
+        }
+        rows = fetch(
+            self.db, statements.RECORD_STEP, params, prepare=self.options.PREPARE_STATEMENTS
+        )
+        if not rows[0]["held"]:
+            return StepWrite.STALE
+        return StepWrite.RECORDED if rows[0]["recorded"] else StepWrite.DUPLICATE
 
     # -- operators -------------------------------------------------------------
 

@@ -338,6 +338,31 @@ SELECT ended.job_id, ended.token, job.id IS NOT NULL AS applied, ended.was,
 FROM ended LEFT JOIN job ON job.id = ended.job_id
 """
 
+# One completed step of a running attempt (context.step): written only while
+# this worker holds the job's lease under the attempt's token. The lease row is
+# locked FOR KEY SHARE, so a reaper, a release or a completion deleting it
+# (all of which lock it FOR UPDATE first) either goes before us — and we find
+# no lease: stale — or waits until the step is committed, and the next attempt
+# sees it. ON CONFLICT keeps an existing record of the name as it is.
+RECORD_STEP = """
+WITH holder AS (
+    SELECT lease.job_id
+    FROM django_jobs_lease AS lease
+    JOIN django_jobs_job AS job ON job.id = lease.job_id AND job.attempts = lease.token
+    WHERE lease.job_id = %(job_id)s
+      AND lease.token = %(token)s
+      AND lease.worker_id = %(worker_id)s
+    FOR KEY SHARE OF lease
+), recorded AS (
+    INSERT INTO django_jobs_step (job_id, name, attempt, result, recorded_at)
+    SELECT job_id, %(name)s, %(token)s, %(result)s, statement_timestamp()
+    FROM holder
+    ON CONFLICT (job_id, name) DO NOTHING
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM holder) AS held, EXISTS (SELECT 1 FROM recorded) AS recorded
+"""
+
 # Fair candidates: the distinct tenants of a queue's queued jobs by a
 # recursive "loose index scan" (one index probe per tenant instead of reading
 # the whole backlog), then each tenant's next jobs. Ranking across tenants is

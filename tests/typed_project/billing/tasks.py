@@ -64,3 +64,16 @@ def _summarise(order: str) -> dict[str, object]:
 
 
 summarise = task(_summarise, max_attempts=2)
+
+
+def charge_card(order_id: int, *, cents: int) -> dict[str, int]:
+    return {"order": order_id, "cents": cents}
+
+
+@task(takes_context=True, max_attempts=3)
+def fulfil(context: JobContext, order_id: int) -> int:
+    charge: dict[str, int] = context.step("charge", charge_card, order_id, cents=900)
+    context.sleep(60, name="cool-off")
+    context.sleep_until(context.task_result.run_after)
+    shipped: str = context.step("ship", lambda: f"parcel {order_id}")
+    return charge["cents"] + len(shipped)
