@@ -196,6 +196,8 @@ def batch_done(note: str = "", *, batch: dict[str, Any]) -> dict[str, Any]:
 def naps(seconds: float) -> None:
     """Long enough that a worker killed mid-batch holds some of its members."""
     time.sleep(seconds)
+
+
 def _ledger_step(context: JobContext, name: str) -> str:
     Ledger.objects.create(job_key=f"{context.job_id}:{name}", attempt=context.attempt)
     return name
