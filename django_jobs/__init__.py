@@ -3,7 +3,8 @@
 Public API: the backend (``django_jobs.backend.JobsBackend``, named in
 settings), ``task`` (Django's ``@task``, typed with our options), the retry
 policy pieces a task declares, the exceptions enqueue raises (and
-``NotAJobsBackendError``, for an alias that names no django-jobs backend), the
+``NotAJobsBackendError``, for an alias that names no django-jobs backend),
+``EnqueueOutcome`` (what an enqueue with a key did), the
 refusals of operator verbs (``django_jobs.control``), and the context a
 ``takes_context=True`` task receives.
 """
@@ -40,6 +41,7 @@ from .exceptions import (
 from .retry import Backoff
 from .states import AttemptOutcome, JobState
 from .tasks import JobContext, JobTask, task
+from .unique import EnqueueOutcome
 
 if TYPE_CHECKING:
     from .framework import Task
@@ -71,6 +73,7 @@ __all__ = [
     "Backoff",
     "DependencyError",
     "EnqueueError",
+    "EnqueueOutcome",
     "InvalidJobOptionError",
     "InvalidTransitionError",
     "JobContext",

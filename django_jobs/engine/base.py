@@ -14,7 +14,7 @@ calls, row locks with ``SKIP LOCKED``, LISTEN/NOTIFY) and ``SqliteEngine``
 runs is decided once, by the database's vendor (``vendors.py``), and nowhere
 else. The calls both make the same way are written once, here, from the
 shared steps in this package (``claims``, ``flow``, ``completion``,
-``leases``, ``operator``, ``presence``); an engine overrides what it does
+``leases``, ``operator``, ``presence``, ``unique``); an engine overrides what it does
 faster, and supplies the few steps that only it knows how to do (the
 abstract methods).
 
@@ -35,14 +35,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from django.db import transaction
+from django.utils import timezone
 
 from ..bulk import Call
 from ..conf import JobsOptions
 from ..fairness import Head
 from ..models import Job
 from ..states import Transition
+from ..unique import EnqueueOutcome, UniqueRule
 from ..values import Claimed, Finished, Progress, Renewed, Report, WorkerIdentity
-from . import completion, due, flow, leases, operator, presence
+from . import completion, due, flow, leases, operator, presence, unique
 
 Held = tuple[uuid.UUID, int]  # (job id, lease token): one attempt this worker runs
 
@@ -221,6 +223,29 @@ class Engine(ABC):
         False: nothing was written, and the caller takes the general path.
         """
         return False
+
+    @abstractmethod
+    def lock_unique(self, scope: str, key: str) -> None:
+        """Serialise the enqueues of one unique key in one scope until the transaction ends."""
+
+    def find_unique(self, job: Job, rule: UniqueRule) -> tuple[Job, EnqueueOutcome] | None:
+        """The job that takes ``job``'s call under ``rule`` (debounced if asked), or None.
+
+        Locks the key first (``lock_unique``): call it in the transaction that
+        inserts ``job`` when None comes back.
+        """
+        self.lock_unique(job.dedup_scope, rule.key)
+        if rule.debounce is not None:
+            # From the clock read under the lock: the last call to take it pushes furthest.
+            job.run_after = timezone.now() + rule.debounce
+        found = unique.find(self.db, job, rule, lock=True)
+        if found is None:
+            return None
+        if rule.debounce is None:
+            return found, EnqueueOutcome.EXISTING
+        if not unique.debounce(self.db, found, job, job.initiator or "system"):
+            return None
+        return found, EnqueueOutcome.DEBOUNCED
 
     @abstractmethod
     def bulk_insert(self, prototype: Job, calls: Iterator[Call]) -> None:
