@@ -76,6 +76,7 @@ class TypedFilter(admin.SimpleListFilter):
     """An exact value of ``field``, typed into a box: there may be millions of them."""
 
     field: str
+    parameter_name: str
     template = "django_jobs/admin/input_filter.html"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
