@@ -13,10 +13,11 @@ from django.utils import timezone
 from django_jobs import EnqueueOutcome, InvalidJobOptionError, JobState, enqueue_many
 from django_jobs.models import Job, JobEvent
 from django_jobs.testing import drain
-from tests.conftest import run_in_processes
+from tests.conftest import ROOT, run_in_processes
 from tests.testapp import tasks
 
 HOUR = dt.timedelta(hours=1)
+EXAMPLE = ROOT / "docs" / "examples" / "unique" / "search_index.py"
 
 
 def jobs(alias: str) -> list[Job]:
@@ -263,3 +264,31 @@ def test_debounce__processes_racing_leave_one_job_with_the_last_calls_arguments(
     assert (job.args, job.run_after) == (last[1], last[2])
     assert {c[0] for c in calls} == {str(job.id)}
     assert JobEvent.objects.using(alias).filter(transition="debounce").count() == len(calls) - 1
+
+
+# -- the example of docs/unique.md ---------------------------------------------------
+
+
+def test_docs__the_unique_page_shows_its_example_verbatim() -> None:
+    page = (ROOT / "docs" / "unique.md").read_text()
+
+    assert f"```python\n{EXAMPLE.read_text()}```" in page
+
+
+def test_docs__the_example_syncs_once_and_reindexes_once_with_the_last_title(
+    pg: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent))
+    import search_index  # type: ignore[import-not-found]
+
+    clicks = [search_index.sync_now_clicked(7) for _ in range(3)]
+    for title in ("Draft", "Draft, fixed", "Final"):
+        search_index.document_saved(1, title)
+    done = drain(with_scheduled=True)
+
+    assert clicks == ["sync started", *["a sync is already on its way (queued)"] * 2]
+    assert sorted(r.return_value for r in done.results) == [
+        "indexed document 1: Final",
+        "synced account 7",
+    ]
+    assert search_index.sync_now_clicked(7) == "a sync is already on its way (succeeded)"
