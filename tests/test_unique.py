@@ -109,6 +109,7 @@ def test_unique__a_rolled_back_enqueue_leaves_the_key_free(alias: str) -> None:
     assert (result.enqueue_outcome, len(jobs(alias))) == (EnqueueOutcome.CREATED, 1)
 
 
+@pytest.mark.postgres
 def test_unique__an_idempotency_keys_job_is_reported_existing_too(pg: None) -> None:
     tasks.add.using(idempotency_key="order-1").enqueue(1, 2)
 
@@ -117,6 +118,7 @@ def test_unique__an_idempotency_keys_job_is_reported_existing_too(pg: None) -> N
     assert again.enqueue_outcome == EnqueueOutcome.EXISTING
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
 def test_unique__jobs_in_another_database_are_decided_again_at_the_deferred_insert() -> None:
     with transaction.atomic():  # on default: the sqlite backend's inserts wait for its commit
@@ -275,6 +277,7 @@ def test_docs__the_unique_page_shows_its_example_verbatim() -> None:
     assert f"```python\n{EXAMPLE.read_text()}```" in page
 
 
+@pytest.mark.postgres
 def test_docs__the_example_syncs_once_and_reindexes_once_with_the_last_title(
     pg: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
