@@ -3,10 +3,10 @@
 Public API: the backend (``django_jobs.backend.JobsBackend``, named in
 settings), ``task`` (Django's ``@task``, typed with our options), the retry
 policy pieces a task declares, the exceptions enqueue raises (and
-``NotAJobsBackendError``, for an alias that names no django-jobs backend), the
-refusals of operator verbs (``django_jobs.control``), the context a
-``takes_context=True`` task receives, the errors of its durable steps, and
-batches (``batch``, ``callback``).
+``NotAJobsBackendError``, for an alias that names no django-jobs backend),
+``EnqueueOutcome`` (what an enqueue with a key did), the refusals of operator
+verbs (``django_jobs.control``), the context a ``takes_context=True`` task
+receives, the errors of its durable steps, and batches (``batch``, ``callback``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from .exceptions import (
 from .retry import Backoff
 from .states import AttemptOutcome, JobState
 from .tasks import JobContext, JobTask, task
+from .unique import EnqueueOutcome
 
 if TYPE_CHECKING:
     from .framework import Task
@@ -82,6 +83,7 @@ __all__ = [
     "DependencyError",
     "DuplicateStepError",
     "EnqueueError",
+    "EnqueueOutcome",
     "InvalidJobOptionError",
     "InvalidTransitionError",
     "JobContext",

@@ -57,6 +57,7 @@ from .payload import check_arguments
 from .retry import Backoff, RetryPolicy
 from .states import JobState
 from .tasks import JobTask
+from .unique import EnqueueOutcome, problem, rule_of
 
 if TYPE_CHECKING:
     from .bulk import Call
@@ -168,10 +169,18 @@ class JobsBackend(BaseTaskBackend):
         if limit is not None:
             self.depth.check(self.db, task.queue_name, limit)
         text = (encoded.args_json, encoded.kwargs_json)
-        stored = tracing.sending(
-            job, lambda: accept(self.engine, job, text, lambda j: self._announce(task, j), after)
-        )
-        return build(task, stored, [])
+        rule = rule_of(task) if isinstance(task, JobTask) else None
+        outcomes: list[EnqueueOutcome] = []
+
+        def write() -> Job:
+            stored, outcome = accept(
+                self.engine, job, text, lambda j: self._announce(task, j), after, rule
+            )
+            outcomes.append(outcome)
+            return stored
+
+        stored = tracing.sending(job, write)
+        return build(task, stored, [], outcomes[0])
 
     def enqueue_many(
         self,
@@ -197,6 +206,11 @@ class JobsBackend(BaseTaskBackend):
                 f"{task.module_path}: enqueue_many does not take an idempotency key; "
                 "enqueue those jobs one by one."
             )
+        if isinstance(task, JobTask) and task.unique_key is not None:
+            raise InvalidJobOptionError(
+                f"{task.module_path}: enqueue_many does not take a unique key (each call "
+                "would find or update a job of its own); enqueue those jobs one by one."
+            )
         given = list(calls_given)
         if not given:
             return []
@@ -210,7 +224,7 @@ class JobsBackend(BaseTaskBackend):
         if after:
             # Refuses a bad dependency now; sets the state the results report.
             wait_for(self.engine, prototype, after, lock=False)
-        shared = result_fields(build(task, prototype, []))
+        shared = result_fields(build(task, prototype, [], EnqueueOutcome.CREATED))
         results: list[JobResult[P, T]] = []
         ids = new_ids(len(given))
 
@@ -278,6 +292,7 @@ class JobsBackend(BaseTaskBackend):
             "tenant": options.tenant if options else "",
             "initiator": options.initiator if options else "",
             "idempotency_key": options.idempotency_key if options else None,
+            "unique_key": options.unique_key if options else None,
             "concurrency_key": options.concurrency_key if options else None,
             "max_attempts": (options.max_attempts if options else None)
             or self.settings.MAX_ATTEMPTS,
@@ -386,7 +401,8 @@ def _validate_job_options(task: JobTask) -> None:
             isinstance(c, type) and issubclass(c, BaseException) for c in classes
         ):
             fail(f"{name} must be a tuple of exception classes, not {classes!r}.")
-    for name in ("tenant", "initiator", "idempotency_key", "concurrency_key", "version"):
+    keys = ("idempotency_key", "concurrency_key", "unique_key")
+    for name in ("tenant", "initiator", *keys, "version"):
         value = getattr(task, name)
         if value is None:
             continue
@@ -394,8 +410,10 @@ def _validate_job_options(task: JobTask) -> None:
             fail(f"{name} must be a string, not {type(value).__name__}.")
         elif len(value) > (limit := _MAX_LENGTHS.get(name, 255)):
             fail(f"{name} is {len(value)} characters long; at most {limit} fit.")
-        elif name in ("idempotency_key", "concurrency_key") and not value:
+        elif name in keys and not value:
             fail(f"{name} must not be empty (pass None for no key).")
+    if (wrong := problem(task)) is not None:
+        fail(wrong)
     from .dependencies import dependency_ids
 
     try:

@@ -13,6 +13,8 @@ The job exists if and only if the caller's transaction commits:
 The same idempotency key within its scope (task name + tenant) returns the
 existing job. Two processes racing with one key both try the insert; the
 unique constraint lets exactly one win and the other reads the winner's row.
+A unique key (``unique.py``) is decided under a lock of the key instead, held
+until the transaction that inserts the job commits.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from django.utils import timezone
 
 from .bulk import Call
 from .dependencies import wait_for
+from .engine import unique
 from .engine.base import Engine
 from .engine.wakeups import wake_on_commit
 from .exceptions import QueueFullError
 from .models import Job
 from .states import JobState
+from .unique import EnqueueOutcome, UniqueRule
 
 
 def dedup_scope(task_name: str, tenant: str) -> str:
@@ -46,17 +50,22 @@ def find_existing(db: str, scope: str, key: str | None) -> Job | None:
     return Job.objects.using(db).filter(dedup_scope=scope, idempotency_key=key).first()
 
 
-def insert(engine: Engine, job: Job, after: Sequence[uuid.UUID] = ()) -> tuple[Job, bool]:
-    """Insert ``job`` or return the one that already holds its idempotency key.
+def insert(
+    engine: Engine, job: Job, after: Sequence[uuid.UUID] = (), rule: UniqueRule | None = None
+) -> tuple[Job, EnqueueOutcome]:
+    """Insert ``job``, or return the job that its unique ``rule`` or idempotency key finds.
 
-    ``after``: the jobs it waits for (``dependencies.py``). Returns (job, created).
+    ``after``: the jobs it waits for (``dependencies.py``). Run in a
+    transaction: the unique key's lock is held until it ends.
     """
     db = engine.db
+    if rule is not None and (found := engine.find_unique(job, rule)) is not None:
+        return found
     if job.idempotency_key is None:
-        return _write(engine, job, after), True
+        return _write(engine, job, after), EnqueueOutcome.CREATED
     existing = find_existing(db, job.dedup_scope, job.idempotency_key)
     if existing is not None:
-        return existing, False
+        return existing, EnqueueOutcome.EXISTING
     try:
         # A savepoint, so losing the race does not abort the caller's transaction.
         with transaction.atomic(using=db):
@@ -67,8 +76,8 @@ def insert(engine: Engine, job: Job, after: Sequence[uuid.UUID] = ()) -> tuple[J
         existing = find_existing(db, job.dedup_scope, job.idempotency_key)
         if existing is None:
             raise
-        return existing, False
-    return job, True
+        return existing, EnqueueOutcome.EXISTING
+    return job, EnqueueOutcome.CREATED
 
 
 def _write(engine: Engine, job: Job, after: Sequence[uuid.UUID]) -> Job:
@@ -99,6 +108,7 @@ def new_job(
     tenant: str,
     initiator: str,
     idempotency_key: str | None,
+    unique_key: str | None,
     concurrency_key: str | None,
     max_attempts: int,
     timeout: float | None,
@@ -119,6 +129,7 @@ def new_job(
         "initiator": initiator,
         "idempotency_key": idempotency_key,
         "dedup_scope": dedup_scope(task_name, tenant),
+        "unique_key": unique_key,
         "concurrency_key": concurrency_key,
         "max_attempts": max_attempts,
         "attempt_budget": max_attempts,
@@ -145,46 +156,67 @@ def accept(
     encoded: tuple[str, str],
     announce: Callable[[Job], None],
     after: Sequence[uuid.UUID] = (),
-) -> Job:
+    rule: UniqueRule | None = None,
+) -> tuple[Job, EnqueueOutcome]:
     """Write ``job`` as part of the caller's transaction; announce it after commit.
 
     ``encoded`` is the JSON text of its args and kwargs, from their validation;
-    ``after``, the jobs it waits for.
-    Returns the job that holds the work: ``job`` itself, or the existing job
-    with the same idempotency key.
+    ``after``, the jobs it waits for; ``rule``, its unique key's.
+    Returns the job that holds the work — ``job`` itself, the existing job
+    with the same idempotency or unique key, or the job it debounced — and
+    which of these it is. Only a new job is announced.
     """
     db = engine.db
     if after:
         # Bad input fails here, leaving the caller's transaction usable; the
         # insert reads again with the rows locked.
         wait_for(engine, job, after, lock=False)
+    if rule is not None and rule.debounce is not None:
+        job.run_after = job.enqueued_at + rule.debounce
     elsewhere = open_transactions_elsewhere(db)
-    if not elsewhere and not after and engine.insert_now(job, *encoded):
+    if not elsewhere and not after and rule is None and engine.insert_now(job, *encoded):
         job._state.adding, job._state.db = False, db  # as save() leaves it
         transaction.on_commit(lambda: announce(job), using=db, robust=True)
-        return job
+        return job, EnqueueOutcome.CREATED
     if not elsewhere:
-        # Outside a transaction, one of our own: the row and its NOTIFY share one commit.
+        # Outside a transaction, one of our own: the row and its NOTIFY share one
+        # commit, and the unique key stays locked until it.
         with transaction.atomic(using=db, savepoint=False):
-            stored, created = insert(engine, job, after)
-            if created:
+            stored, outcome = insert(engine, job, after, rule)
+            if outcome is EnqueueOutcome.CREATED:
                 _wake_if_queued(db, stored)
                 transaction.on_commit(lambda: announce(stored), using=db, robust=True)
-        return stored
-    existing = find_existing(db, job.dedup_scope, job.idempotency_key)
-    if existing is not None:
-        return existing
+        return stored, outcome
+    predicted = _predict(engine, job, rule)
 
     def insert_later() -> None:
         with transaction.atomic(using=db):  # the row, its dependencies, their locks
-            stored, created = insert(engine, job, after)
-            if created:
+            stored, outcome = insert(engine, job, after, rule)
+            if outcome is EnqueueOutcome.CREATED:
                 _wake_if_queued(db, stored)
-        if created:
+        if outcome is EnqueueOutcome.CREATED:
             announce(stored)
 
-    _after_commits(elsewhere, insert_later)
-    return job
+    if predicted[1] is not EnqueueOutcome.EXISTING:
+        _after_commits(elsewhere, insert_later)
+    return predicted
+
+
+def _predict(engine: Engine, job: Job, rule: UniqueRule | None) -> tuple[Job, EnqueueOutcome]:
+    """What the deferred insert of ``job`` will most likely do, from an unlocked look.
+
+    It decides again when it runs, after the other databases' commits.
+    """
+    existing = find_existing(engine.db, job.dedup_scope, job.idempotency_key)
+    if existing is not None:
+        return existing, EnqueueOutcome.EXISTING
+    found = None if rule is None else unique.find(engine.db, job, rule, lock=False)
+    if found is None or rule is None:
+        return job, EnqueueOutcome.CREATED
+    if rule.debounce is None:
+        return found, EnqueueOutcome.EXISTING
+    found.args, found.kwargs, found.run_after = job.args, job.kwargs, job.run_after
+    return found, EnqueueOutcome.DEBOUNCED
 
 
 def _wake_if_queued(db: str, job: Job) -> None:

@@ -45,6 +45,15 @@ class Job(models.Model):
         help_text="Where the idempotency key is unique: the task name and the tenant.",
     )
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    # Unique within dedup_scope only while its job is live or recent (unique.py), so
+    # no constraint: enqueue decides under the key's lock. NULL: no key.
+    unique_key = models.CharField(  # noqa: DJ001
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="Enqueue finds this job instead of writing another while it is live "
+        "or recent (unique_for), or debounces it.",
+    )
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     attempts = models.PositiveIntegerField(
@@ -151,6 +160,13 @@ class Job(models.Model):
                 fields=["batch", "state"],
                 condition=Q(batch__isnull=False),
                 name="django_jobs_batch_member_idx",
+            ),
+            # Unique jobs: a key's jobs in its scope, newest first (engine/unique.py),
+            # and the admin's and the API's search by the key alone.
+            models.Index(
+                fields=["unique_key", "dedup_scope", "-enqueued_at"],
+                condition=Q(unique_key__isnull=False),
+                name="django_jobs_unique_key_idx",
             ),
             # The deadline sweep: queued jobs that carry a deadline.
             models.Index(

@@ -19,6 +19,7 @@ from .framework import Task, TaskError
 from .generic import GenericTaskResult, P, T
 from .models import Attempt, Job
 from .states import AttemptOutcome, JobState, django_status
+from .unique import EnqueueOutcome
 
 _OUR_REFRESH_ATTRS = (
     "state",
@@ -78,6 +79,9 @@ class JobResult(GenericTaskResult[P, T]):  # type: ignore[misc]  # the stubs dro
     attempt_log: tuple[AttemptInfo, ...] = ()
     progress: ProgressInfo | None = None
     cancel_requested_at: datetime | None = None
+    # What enqueue() did to return this job: wrote it, found it (an idempotency
+    # or unique key), or debounced it. None on results read back (get_result).
+    enqueue_outcome: EnqueueOutcome | None = None
 
     def __post_init__(self) -> None:
         """Keep ``args`` and ``kwargs`` as the task receives them.
@@ -111,7 +115,12 @@ _DJANGO_REFRESH_ATTRS = (
 )
 
 
-def build(task: Task[P, T], job: Job, attempts: list[Attempt]) -> JobResult[P, T]:
+def build(
+    task: Task[P, T],
+    job: Job,
+    attempts: list[Attempt],
+    enqueue_outcome: EnqueueOutcome | None = None,
+) -> JobResult[P, T]:
     log = tuple(
         AttemptInfo(
             number=a.number,
@@ -163,6 +172,7 @@ def build(task: Task[P, T], job: Job, attempts: list[Attempt]) -> JobResult[P, T
             at=job.progress_at,
         ),
         cancel_requested_at=job.cancel_requested_at,
+        enqueue_outcome=enqueue_outcome,
     )
     if job.state == JobState.SUCCEEDED:
         object.__setattr__(result, "_return_value", from_json(job.result, "the return value"))

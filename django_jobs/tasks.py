@@ -17,7 +17,7 @@ import inspect
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -41,6 +41,8 @@ from .framework import (
 from .framework import task as django_task
 from .generic import GenericTask, GenericTaskContext, P, T
 from .retry import Backoff
+from .states import JobState
+from .unique import states_given
 
 if TYPE_CHECKING:
     from .attempt import AttemptControl
@@ -77,6 +79,11 @@ class JobTask(GenericTask[P, T]):
     expires_at: datetime | None = None
     # Jobs (their ids, results or rows) that must succeed before this one runs.
     after: tuple[Any, ...] = ()
+    # Unique jobs and debounce (unique.py): per call too.
+    unique_key: str | None = None
+    unique_for: timedelta | None = None
+    unique_states: tuple[JobState, ...] | None = None
+    debounce: timedelta | None = None
 
     def using(
         self,
@@ -91,11 +98,17 @@ class JobTask(GenericTask[P, T]):
         concurrency_key: str | None = None,
         expires_at: datetime | None = None,
         after: DependencyRef | Iterable[DependencyRef] | None = None,
+        unique_key: str | None = None,
+        unique_for: timedelta | None = None,
+        unique_states: Iterable[JobState | str] | None = None,
+        debounce: timedelta | None = None,
     ) -> JobTask[P, T]:
         """Return a copy with per-call options; Django's own are handled by Django.
 
         ``after``: jobs — a ``TaskResult``, a ``Job`` or a job id — that must
-        all succeed before this one runs; checked at enqueue.
+        all succeed before this one runs; checked at enqueue. ``unique_key``
+        with ``unique_for`` / ``unique_states``, or with ``debounce``: see
+        docs/unique.md.
         """
         # Task.using copies ``self`` (dataclasses.replace): a JobTask stays one.
         base = cast(
@@ -115,6 +128,10 @@ class JobTask(GenericTask[P, T]):
             "concurrency_key": concurrency_key,
             "expires_at": expires_at,
             "after": None if after is None else _one_or_many(after),
+            "unique_key": unique_key,
+            "unique_for": unique_for,
+            "unique_states": states_given(unique_states),
+            "debounce": debounce,
         }
         changes = {name: value for name, value in ours.items() if value is not None}
         return replace(base, **changes) if changes else base

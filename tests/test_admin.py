@@ -32,6 +32,7 @@ from django_jobs.models import (
 )
 from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState
 from django_jobs.verbs import VERBS
+from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
 
@@ -193,6 +194,7 @@ def test_list__shows_when_a_scheduled_job_will_run(admin_client: Client) -> None
         ("queue=other", {"queued-other"}),
         ("task=tests.testapp.tasks.noop", {"noop"}),
         ("tenant=acme", {"failed-acme"}),
+        ("unique_key=sync:7", {"keyed"}),
         (
             "enqueued_at__gte=2000-01-01+00:00:00%2B00:00"
             "&enqueued_at__lt=2000-01-02+00:00:00%2B00:00",
@@ -200,11 +202,12 @@ def test_list__shows_when_a_scheduled_job_will_run(admin_client: Client) -> None
         ),
     ],
 )
-def test_list__filters_by_state_queue_task_tenant_and_date(
+def test_list__filters_by_state_queue_task_tenant_unique_key_and_date(
     admin_client: Client, query: str, expected: set[str]
 ) -> None:
     jobs = {
         "failed-acme": make_job(JobState.FAILED, tenant="acme"),
+        "keyed": make_job(unique_key="sync:7"),
         "queued-other": make_job(queue="other"),
         "noop": make_job(task_name="tests.testapp.tasks.noop"),
         "old": make_job(
@@ -218,13 +221,18 @@ def test_list__filters_by_state_queue_task_tenant_and_date(
     assert shown == {jobs[name].pk for name in expected}
 
 
-@pytest.mark.parametrize("field", ["id", "idempotency_key", "tenant"])
-def test_list__search_finds_a_job_by_exact_id_idempotency_key_or_tenant(
+@pytest.mark.parametrize("field", ["id", "idempotency_key", "unique_key", "tenant"])
+def test_list__search_finds_a_job_by_exact_id_idempotency_key_unique_key_or_tenant(
     admin_client: Client, field: str
 ) -> None:
-    wanted = make_job(idempotency_key="order-17", tenant="acme")
-    make_job(idempotency_key="order-170", tenant="acme-2")
-    term = {"id": str(wanted.pk), "idempotency_key": "order-17", "tenant": "acme"}[field]
+    wanted = make_job(idempotency_key="order-17", unique_key="sync:7", tenant="acme")
+    make_job(idempotency_key="order-170", unique_key="sync:70", tenant="acme-2")
+    term = {
+        "id": str(wanted.pk),
+        "idempotency_key": "order-17",
+        "unique_key": "sync:7",
+        "tenant": "acme",
+    }[field]
 
     response = admin_client.get(LIST_URL, {"q": term})
 
@@ -374,6 +382,21 @@ def test_job_page__shows_the_audit_trail_of_manual_actions(admin_client: Client)
 
     events = response_events(html)
     assert events == [("quarantine", "admin", "poison: bad payload")]
+
+
+def test_job_page__shows_the_unique_key_and_each_debounce_in_the_audit_trail(
+    admin_client: Client,
+) -> None:
+    debounced = tasks.add.using(unique_key="sync:7", debounce=timedelta(minutes=5))
+    first = debounced.enqueue(1, 2)
+    last = debounced.enqueue(3, 4)
+
+    html = admin_client.get(reverse("admin:django_jobs_job_change", args=[first.id])).content
+    page = html.decode()
+
+    assert '<div class="readonly">sync:7</div>' in page
+    note = f"arguments replaced by a later call; runs after {last.run_after.isoformat()}"
+    assert response_events(page) == [("debounce", "system", note)]
 
 
 def test_job_page__is_read_only(admin_client: Client) -> None:

@@ -435,7 +435,7 @@ def test_list__filters(operator: APIClient) -> None:
         idempotency_key="order-7",
         task_name="tests.testapp.tasks.noop",
     )
-    new = make_job(JobState.QUEUED)
+    new = make_job(JobState.QUEUED, unique_key="sync:7")
     running = make_job(JobState.RUNNING)
     day_ago = (now - timedelta(days=1, hours=1)).isoformat()
     assert ids(operator.get(URL, {"state": "failed"})) == {str(old.id)}
@@ -446,6 +446,7 @@ def test_list__filters(operator: APIClient) -> None:
     assert ids(operator.get(URL, {"task": "tests.testapp.tasks.noop"})) == {str(old.id)}
     assert ids(operator.get(URL, {"tenant": "B"})) == {str(old.id)}
     assert ids(operator.get(URL, {"idempotency_key": "order-7"})) == {str(old.id)}
+    assert ids(operator.get(URL, {"unique_key": "sync:7"})) == {str(new.id)}
     assert ids(operator.get(URL, {"enqueued_before": day_ago})) == {str(old.id)}
     assert ids(operator.get(URL, {"enqueued_after": day_ago})) == {str(new.id), str(running.id)}
     assert ids(operator.get(URL, {"finished_after": (now - timedelta(days=3)).isoformat()})) == {

@@ -283,6 +283,70 @@ def test_enqueue__the_same_idempotency_key_returns_the_existing_job(pg: None) ->
     assert (second, Job.objects.count()) == (first, 1)
 
 
+def test_enqueue__a_unique_keys_live_job_is_returned_and_said_to_exist(pg: None) -> None:
+    first, _ = jobs("enqueue", ADD, "--args", "[1, 2]", "--unique-key", "k", "--quiet")
+
+    out, _ = jobs(
+        "enqueue", ADD, "--args", "[3, 4]", "--unique-key", "k", "--unique-states", "queued"
+    )
+
+    assert out.startswith(f"{first.strip()}  queued on default, runs after ")
+    assert out.endswith("  (an existing job; nothing written)\n")
+    assert [(j.args, j.unique_key) for j in Job.objects.all()] == [([1, 2], "k")]
+
+
+def test_enqueue__unique_for_holds_the_key_past_the_jobs_end(pg: None) -> None:
+    first, _ = jobs("enqueue", ADD, "--args", "[1, 2]", "--unique-key", "k", "--quiet")
+    Job.objects.update(state=JobState.SUCCEEDED)
+
+    again, _ = jobs("enqueue", ADD, "--unique-key", "k", "--unique-for", "3600", "--quiet")
+
+    assert (again, Job.objects.count()) == (first, 1)
+
+
+def test_enqueue__debounce_replaces_the_arguments_and_pushes_the_start(pg: None) -> None:
+    jobs("enqueue", ADD, "--args", "[1, 2]", "--unique-key", "k", "--debounce", "60")
+    before = timezone.now()
+
+    out, _ = jobs("enqueue", ADD, "--args", "[3, 4]", "--unique-key", "k", "--debounce", "60")
+
+    job = Job.objects.get()
+    assert out.startswith(f"{job.id}  queued on default, runs after ")
+    assert out.endswith("  (debounced: this call's arguments, started later)\n")
+    assert job.args == [3, 4]
+    assert before + timedelta(seconds=60) <= job.run_after <= timezone.now() + timedelta(seconds=60)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--debounce", "5"],
+            "Enqueue refused, nothing written: tests.testapp.tasks.add: "
+            "debounce needs a unique_key.",
+        ),
+        (
+            ["--unique-key", "k", "--unique-states", "queued,done"],
+            "Enqueue refused, nothing "
+            "written: tests.testapp.tasks.add: unique_states: 'done' is not a job state",
+        ),
+    ],
+)
+def test_enqueue__unique_options_that_mean_nothing_are_refused(
+    pg: None, args: list[str], expected: str
+) -> None:
+    error, _, _ = jobs_failing("enqueue", ADD, "--args", "[1, 2]", *args)
+
+    assert error.startswith(expected)
+    assert Job.objects.count() == 0
+
+
+def test_enqueue__a_unique_window_of_zero_seconds_is_refused_by_the_parser(pg: None) -> None:
+    error, _, _ = jobs_failing("enqueue", ADD, "--unique-key", "k", "--unique-for", "0")
+
+    assert error == "Error: argument --unique-for: 0 must be more than zero."
+
+
 def test_enqueue__after_makes_the_job_wait_for_the_jobs_named(pg: None) -> None:
     first = jobs("enqueue", ADD, "--args", "[1, 2]", "--quiet")[0].strip()
     second = jobs("enqueue", ADD, "--args", "[3, 4]", "--quiet")[0].strip()

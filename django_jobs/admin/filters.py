@@ -72,11 +72,11 @@ class TaskFilter(admin.SimpleListFilter):
         return queryset.filter(task_name=value) if value else queryset
 
 
-class TenantFilter(admin.SimpleListFilter):
-    """An exact tenant, typed into a box: there may be millions of them."""
+class TypedFilter(admin.SimpleListFilter):
+    """An exact value of ``field``, typed into a box: there may be millions of them."""
 
-    title = _("tenant")
-    parameter_name = "tenant"
+    field: str
+    parameter_name: str
     template = "django_jobs/admin/input_filter.html"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -100,4 +100,16 @@ class TenantFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         value = self.value()
-        return queryset.filter(tenant=value) if value else queryset
+        return queryset.filter(**{self.field: value}) if value else queryset
+
+
+class TenantFilter(TypedFilter):
+    title = _("tenant")
+    parameter_name = field = "tenant"
+
+
+class UniqueKeyFilter(TypedFilter):
+    """The jobs of one unique key, every scope: what a debounce or a window kept or let in."""
+
+    title = _("unique key")
+    parameter_name = field = "unique_key"

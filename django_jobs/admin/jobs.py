@@ -38,7 +38,7 @@ from ..models import Attempt, Batch, Job, JobEvent, Step
 from ..states import AttemptOutcome, JobState
 from . import actions, dashboard
 from .batches import batch_link
-from .filters import QueueFilter, StateFilter, TaskFilter, TenantFilter
+from .filters import QueueFilter, StateFilter, TaskFilter, TenantFilter, UniqueKeyFilter
 from .pagination import EstimatedCountPaginator
 from .readonly import ReadOnlyAdmin
 
@@ -205,10 +205,12 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         QueueFilter,
         TaskFilter,
         TenantFilter,
+        UniqueKeyFilter,
         ("enqueued_at", admin.DateFieldListFilter),
     )
-    search_fields = ("id", "idempotency_key", "tenant")  # exact matches: get_search_results
-    search_help_text = gettext_lazy("An exact job id, idempotency key or tenant.")
+    # Exact matches: get_search_results.
+    search_fields = ("id", "idempotency_key", "unique_key", "tenant")
+    search_help_text = gettext_lazy("An exact job id, idempotency key, unique key or tenant.")
     # Sorting on any other column would sort the whole table for one page.
     sortable_by = ("when",)
     list_per_page = 100
@@ -229,6 +231,7 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
                     "tenant",
                     "initiator",
                     "idempotency_key",
+                    "unique_key",
                     "dedup_scope",
                     "concurrency_key",
                     "backend",
@@ -289,7 +292,7 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = Q(idempotency_key=term) | Q(tenant=term)
+        match = Q(idempotency_key=term) | Q(unique_key=term) | Q(tenant=term)
         with contextlib.suppress(ValueError):
             match |= Q(id=uuid.UUID(term))
         return queryset.filter(match), False

@@ -69,6 +69,7 @@ class JobFilter(django_filters.FilterSet):
     task = django_filters.CharFilter(field_name="task_name", help_text="Module path of the task.")
     tenant = django_filters.CharFilter(field_name="tenant")
     idempotency_key = django_filters.CharFilter(field_name="idempotency_key")
+    unique_key = django_filters.CharFilter(field_name="unique_key")
     enqueued_after = UTCDateTimeFilter(
         field_name="enqueued_at", lookup_expr="gte", help_text="enqueued_at >= this (ISO 8601)."
     )

@@ -61,6 +61,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "tenant",
             "initiator",
             "idempotency_key",
+            "unique_key",
             "status",
             "state",
             "attempts",

@@ -16,10 +16,11 @@ from django_jobs.codec import from_json
 from django_jobs.exceptions import PayloadNotDecodableError
 from django_jobs.models import Job
 from django_jobs.tasks import JobTask
+from django_jobs.unique import EnqueueOutcome
 
 from ..framework import InvalidTask
 from . import render
-from .arguments import non_negative_float
+from .arguments import non_negative_float, positive_float
 from .base import AddSubcommand, default_actor
 
 
@@ -42,6 +43,30 @@ def add_enqueue(add: AddSubcommand) -> None:
     sub.add_argument("--priority", type=int, help="-100..100, higher first.")
     sub.add_argument("--tenant", help="Tenant (authority scope) of the job.")
     sub.add_argument("--idempotency-key", help="Enqueue once per key and tenant.")
+    sub.add_argument(
+        "--unique-key",
+        help="Return the job of this key (per task and tenant) while it is live, "
+        "instead of enqueuing another.",
+    )
+    sub.add_argument(
+        "--unique-for",
+        type=positive_float,
+        metavar="SECONDS",
+        help="With --unique-key: a job of the key enqueued this recently holds it too.",
+    )
+    sub.add_argument(
+        "--unique-states",
+        metavar="STATE,...",
+        help="With --unique-key: the states in which a job holds the key "
+        "(comma-separated; default: the live states).",
+    )
+    sub.add_argument(
+        "--debounce",
+        type=positive_float,
+        metavar="SECONDS",
+        help="With --unique-key: replace the arguments of the key's job not yet started "
+        "and start it this many seconds from now (or enqueue one that starts then).",
+    )
     sub.add_argument(
         "--delay",
         type=non_negative_float,
@@ -102,9 +127,15 @@ def enqueue(command: BaseCommand, backend: JobsBackend, options: dict[str, Any])
         ("priority", "priority"),
         ("tenant", "tenant"),
         ("idempotency_key", "idempotency_key"),
+        ("unique_key", "unique_key"),
     ):
         if options[option] is not None:
             using[keyword] = options[option]
+    for option in ("unique_for", "debounce"):
+        if options[option] is not None:
+            using[option] = timedelta(seconds=options[option])
+    if options["unique_states"] is not None:
+        using["unique_states"] = [s.strip() for s in options["unique_states"].split(",") if s]
     if options["delay"]:
         using["run_after"] = timezone.now() + timedelta(seconds=options["delay"])
     if options["after"]:
@@ -119,4 +150,12 @@ def enqueue(command: BaseCommand, backend: JobsBackend, options: dict[str, Any])
     job = Job.objects.using(backend.db).only("state", "queue", "run_after").get(id=result.id)
     command.stdout.write(
         f"{result.id}  {job.state} on {job.queue}, runs after {render.when(job.run_after)}"
+        + _OUTCOMES.get(result.enqueue_outcome or EnqueueOutcome.CREATED, "")
     )
+
+
+# What the line says when enqueue wrote nothing new.
+_OUTCOMES = {
+    EnqueueOutcome.EXISTING: "  (an existing job; nothing written)",
+    EnqueueOutcome.DEBOUNCED: "  (debounced: this call's arguments, started later)",
+}

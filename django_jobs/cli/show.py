@@ -42,6 +42,7 @@ def show(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) ->
         ("tenant", job.tenant or "-"),
         ("initiator", job.initiator or "-"),
         ("idempotency key", job.idempotency_key or "-"),
+        ("unique key", job.unique_key or "-"),
         ("concurrency key", job.concurrency_key or "-"),
         ("timeout", f"{job.timeout:g}s" if job.timeout is not None else "-"),
         ("enqueued", render.when(job.enqueued_at)),

@@ -14,9 +14,9 @@ calls, row locks with ``SKIP LOCKED``, LISTEN/NOTIFY) and ``SqliteEngine``
 runs is decided once, by the database's vendor (``vendors.py``), and nowhere
 else. The calls both make the same way are written once, here, from the
 shared steps in this package (``claims``, ``flow``, ``completion``,
-``leases``, ``operator``, ``presence``, and ``batches``, which those call);
-an engine overrides what it does faster, and supplies the few steps that
-only it knows how to do (the abstract methods).
+``leases``, ``operator``, ``presence``, ``unique``, and ``batches``, which
+those call); an engine overrides what it does faster, and supplies the few
+steps that only it knows how to do (the abstract methods).
 
 Guarantees and limits, honestly:
 
@@ -36,14 +36,16 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from ..bulk import Call
 from ..conf import JobsOptions
 from ..fairness import Head
 from ..models import Job
 from ..states import Transition
+from ..unique import EnqueueOutcome, UniqueRule
 from ..values import Claimed, Finished, Progress, Renewed, Report, StepWrite, WorkerIdentity
-from . import completion, due, flow, leases, operator, presence
+from . import completion, due, flow, leases, operator, presence, unique
 
 Held = tuple[uuid.UUID, int]  # (job id, lease token): one attempt this worker runs
 
@@ -243,6 +245,29 @@ class Engine(ABC):
         False: nothing was written, and the caller takes the general path.
         """
         return False
+
+    @abstractmethod
+    def lock_unique(self, scope: str, key: str) -> None:
+        """Serialise the enqueues of one unique key in one scope until the transaction ends."""
+
+    def find_unique(self, job: Job, rule: UniqueRule) -> tuple[Job, EnqueueOutcome] | None:
+        """The job that takes ``job``'s call under ``rule`` (debounced if asked), or None.
+
+        Locks the key first (``lock_unique``): call it in the transaction that
+        inserts ``job`` when None comes back.
+        """
+        self.lock_unique(job.dedup_scope, rule.key)
+        if rule.debounce is not None:
+            # From the clock read under the lock: the last call to take it pushes furthest.
+            job.run_after = timezone.now() + rule.debounce
+        found = unique.find(self.db, job, rule, lock=True)
+        if found is None:
+            return None
+        if rule.debounce is None:
+            return found, EnqueueOutcome.EXISTING
+        if not unique.debounce(self.db, found, job, job.initiator or "system"):
+            return None
+        return found, EnqueueOutcome.DEBOUNCED
 
     @abstractmethod
     def bulk_insert(self, prototype: Job, calls: Iterator[Call]) -> None:

@@ -190,6 +190,7 @@ def _enqueue_callback(
         tenant=options["tenant"],
         initiator=options["initiator"],
         idempotency_key=f"batch:{batch.id}:{kind}",
+        unique_key=None,
         concurrency_key=options["concurrency_key"],
         max_attempts=options["max_attempts"],
         timeout=options["timeout"],

@@ -49,6 +49,9 @@ class SqliteEngine(Engine):
     def lock_queue(self, queue: str) -> None:
         """Nothing to do: BEGIN IMMEDIATE already serialises every claim."""
 
+    def lock_unique(self, scope: str, key: str) -> None:
+        """Nothing to do: BEGIN IMMEDIATE already serialises every enqueue."""
+
     def fair_heads(self, queue: str, want: int, blocked: Sequence[str]) -> list[Head]:
         params: dict[str, str | int] = {
             "queue": queue,

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_jobs", "0013_steps"),
+        ("django_jobs", "0014_unique"),
     ]
 
     operations = [

@@ -16,6 +16,9 @@ add.enqueue(1)  # wrong: call-arg
 send_receipt.using(tenant="acme", priority="high")  # wrong: arg-type
 send_receipt.using(tennant="acme")  # wrong: call-arg
 send_receipt.using(after=3.5)  # wrong: arg-type
+send_receipt.using(unique_key="k", unique_for=60)  # wrong: arg-type
+send_receipt.using(unique_key="k", debounce="5m")  # wrong: arg-type
+send_receipt.using(unique_key="k", unique_states=[3])  # wrong: list-item
 rebuild_index.enqueue(None, [1])  # wrong: call-arg
 name: str = add.enqueue(1, 2).return_value  # wrong: assignment
 print(add.enqueue(1, 2).status_text)  # wrong: attr-defined

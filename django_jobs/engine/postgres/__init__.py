@@ -92,6 +92,16 @@ class PostgresEngine(Engine):
         with connections[self.db].cursor() as cursor:
             cursor.execute(statements.LOCK_QUEUE, [statements.LOCK_NAMESPACE, queue])
 
+    def lock_unique(self, scope: str, key: str) -> None:
+        """A transaction-scoped advisory lock on the key's hash.
+
+        Neither a unique index nor ON CONFLICT can say "while live, or within
+        the window"; a lock can, and costs one round trip (docs/benchmarks.md).
+        Two keys with one hash only wait for each other.
+        """
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(statements.LOCK_UNIQUE, [statements.UNIQUE_NAMESPACE, f"{scope}|{key}"])
+
     def fair_heads(self, queue: str, want: int, blocked: Sequence[str]) -> list[Head]:
         params = {"queue": queue, "state": str(JobState.QUEUED), "k": want, "blocked": blocked}
         rows = fetch(

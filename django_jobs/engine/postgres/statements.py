@@ -391,6 +391,9 @@ WHERE tenants.tenant IS NOT NULL
 # our namespace, the second the queue.
 LOCK_NAMESPACE = 0x6A6F6273  # "jobs"
 LOCK_QUEUE = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+# The enqueues of one unique key (scope|key), apart from the queue locks.
+UNIQUE_NAMESPACE = 0x756E6971  # "uniq"
+LOCK_UNIQUE = LOCK_QUEUE
 
 # Turns a session's sequential scans and JIT off (session.pin_plans says why).
 PIN_PLANS = "SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false)"

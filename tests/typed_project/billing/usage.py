@@ -18,6 +18,7 @@ from django.utils import timezone
 from django_jobs import (
     AttemptOutcome,
     Backoff,
+    EnqueueOutcome,
     JobState,
     JobTask,
     control,
@@ -109,6 +110,20 @@ def per_call_options(job: Job) -> None:
     add.using(after=str(first.id)).enqueue(5, 6)
     add.using(after=[uuid.UUID(first.id), job, "0b5e…"]).enqueue(5, 6)
     add.using(tenant="acme").using(priority=1).enqueue(7, 8)
+
+
+def unique_jobs() -> None:
+    # One live job per key; a finished one holds it for an hour more.
+    synced = add.using(
+        unique_key="sync:account-7",
+        unique_for=timedelta(hours=1),
+        unique_states=[JobState.QUEUED, "running"],
+    ).enqueue(1, 2)
+    assert_type(synced.enqueue_outcome, EnqueueOutcome | None)
+    if synced.enqueue_outcome is EnqueueOutcome.EXISTING:
+        print("already on its way:", synced.id)
+    # The last call within five minutes wins.
+    send_receipt.using(unique_key="receipt:A-1", debounce=timedelta(minutes=5)).enqueue(7)
 
 
 def many() -> None:
