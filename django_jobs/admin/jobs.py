@@ -246,6 +246,10 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
             {"fields": ("waits_for", "waited_for_by")},
         ),
         (
+            gettext_lazy("Reruns"),
+            {"fields": ("rerun_of_link", "reruns")},
+        ),
+        (
             gettext_lazy("Payload and result"),
             {"fields": ("args_json", "kwargs_json", "result_json", "last_error_text")},
         ),
@@ -329,6 +333,17 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=gettext_lazy("waited for by"))
     def waited_for_by(self, job: Job) -> SafeString | str:
         return self._job_links(dependencies.waited_for_by(job))
+
+    @admin.display(description=gettext_lazy("rerun of"))
+    def rerun_of_link(self, job: Job) -> SafeString | str:
+        """The job an operator copied this one from (it may have been pruned since)."""
+        if job.rerun_of is None:
+            return EMPTY
+        return self._job_links(Job.objects.filter(id=job.rerun_of)) or str(job.rerun_of)
+
+    @admin.display(description=gettext_lazy("reruns"))
+    def reruns(self, job: Job) -> SafeString | str:
+        return self._job_links(Job.objects.filter(rerun_of=job.id).order_by("enqueued_at"))
 
     def _job_links(self, rows: QuerySet[Job]) -> SafeString | str:
         limit = DEPENDENCIES_SHOWN
