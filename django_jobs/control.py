@@ -297,7 +297,7 @@ def run_now(job: JobRef, *, actor: Any, note: str = "", backend: str = "default"
 def rerun(job: JobRef, *, actor: Any, note: str = "", backend: str = "default") -> Job:
     """A new queued job copied from a finished one (``verbs.py`` says what is copied)."""
     done = perform("rerun", job, actor=actor, note=note, backend=backend)
-    return Job.objects.using(jobs_backend(backend).db).get(id=done.rerun)
+    return Job.objects.using(jobs_backend(backend).db).get(id=str(done.rerun))
 
 
 def pause_queue(queue: str, *, actor: Any, note: str = "", backend: str = "default") -> bool:
