@@ -1,4 +1,4 @@
-"""The operator verbs: cancel, retry, quarantine, release, discard.
+"""The operator verbs: cancel, retry, quarantine, release, discard, run_now, rerun.
 
 The admin, the REST API and ``manage.py jobs`` all call these, and only
 these. Each is a compare-and-set transition (``Engine.operate``): one that
@@ -9,7 +9,10 @@ kept with the job, and sends its signal after commit.
 The verbs are declared in ``django_jobs.verbs`` (``VERBS``): what each does,
 the transitions it may take (``states.TRANSITIONS`` is the truth about
 states) and whether it needs a note. ``apply`` takes any of them by name;
-``cancel``, ``retry``, ... are the same call, typed.
+``cancel``, ``retry``, ... are the same call, typed; ``perform`` says
+everything a verb did (a rerun's new job too), and ``apply_matching`` applies
+one to every job a filter matches, in bounded batches, once its count is
+confirmed.
 
 Queues have two verbs of their own, ``pause_queue`` and ``resume_queue``,
 recorded in ``QueueEvent``.
@@ -22,18 +25,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
 from .backend import jobs_backend
 from .exceptions import (
     ActorRequiredError,
     InvalidTransitionError,
     JobNotFoundError,
     NoteRequiredError,
+    OperatorRequestError,
     QueueNotFoundError,
+    StaleCountError,
     UnknownVerbError,
 )
 from .models import Job, QueueState
 from .states import Transition
+from .values import Operated
 from .verbs import VERBS
+
+#: Jobs per transaction when a verb walks a filter: small enough that no
+#: batch holds its row locks (or the vacuum horizon) for long.
+BATCH_SIZE = 500
 
 JobRef = Job | uuid.UUID | str
 
@@ -44,6 +57,31 @@ class BulkResult:
 
     changed: list[uuid.UUID] = field(default_factory=list)
     refused: dict[uuid.UUID, str] = field(default_factory=dict)
+    #: For ``rerun``: the new job made from each changed one.
+    reruns: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Matching:
+    """What a filter holds for a verb: the jobs it matches, and how many the verb applies to."""
+
+    matched: int
+    applicable: int
+
+
+@dataclass(slots=True)
+class MatchingResult:
+    """What a verb over a filter did."""
+
+    matched: int
+    applicable: int
+    changed: list[uuid.UUID] = field(default_factory=list)
+    reruns: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> int:
+        """Matched but left as they were: the verb does not apply, or they moved first."""
+        return self.matched - len(self.changed)
 
 
 def actor_name(actor: Any) -> str:
@@ -68,14 +106,35 @@ def _job_id(job: JobRef) -> uuid.UUID:
         raise JobNotFoundError(f"{job!r} is not a job id (a UUID).") from None
 
 
-def _checked_note(verb: str, note: str) -> str:
-    """The stripped note, once the verb is known and has the note it needs."""
+def _checked_verb(verb: str) -> None:
     if verb not in VERBS:
         raise UnknownVerbError(f"Unknown verb {verb!r}; verbs are {', '.join(VERBS)}.")
+
+
+def _checked_note(verb: str, note: str) -> str:
+    """The stripped note, once the verb is known and has the note it needs."""
+    _checked_verb(verb)
     note = note.strip()
     if VERBS[verb].needs_note and not note:
         raise NoteRequiredError(f"{verb} needs a note saying why.")
     return note
+
+
+def perform(
+    verb: str,
+    job: JobRef,
+    *,
+    actor: Any,
+    note: str = "",
+    backend: str = "default",
+) -> Operated:
+    """Apply ``verb`` to one job; what it did, including the new job of a ``rerun``.
+
+    Refusals as ``apply``'s.
+    """
+    note = _checked_note(verb, note)
+    engine = jobs_backend(backend).engine
+    return engine.operate(_job_id(job), verb, actor_name(actor), note)
 
 
 def apply(
@@ -93,9 +152,7 @@ def apply(
     ``OperatorRequestError``, a ``ValueError``), or
     ``NotAJobsBackendError`` (``backend`` is not a django-jobs alias in ``TASKS``).
     """
-    note = _checked_note(verb, note)
-    engine = jobs_backend(backend).engine
-    return engine.operate(_job_id(job), verb, actor_name(actor), note)
+    return perform(verb, job, actor=actor, note=note, backend=backend).transition
 
 
 def apply_many(
@@ -113,11 +170,98 @@ def apply_many(
     # Every id is checked before any job changes, so a malformed one changes nothing.
     for job_id in [_job_id(job) for job in jobs]:
         try:
-            apply(verb, job_id, actor=name, note=note, backend=backend)
+            done = perform(verb, job_id, actor=name, note=note, backend=backend)
         except (InvalidTransitionError, JobNotFoundError) as exc:
             result.refused[job_id] = str(exc)
         else:
             result.changed.append(job_id)
+            if done.rerun is not None:
+                result.reruns[job_id] = done.rerun
+    return result
+
+
+def _applicable(verb: str, now: Any) -> Q:
+    """The jobs ``verb`` applies to, as a filter: its states (and being scheduled)."""
+    condition = Q(state__in=VERBS[verb].source_states())
+    if VERBS[verb].only_scheduled:
+        condition &= Q(run_after__gt=now)
+    return condition
+
+
+def count_matching(verb: str, jobs: QuerySet[Job]) -> Matching:
+    """How many jobs ``jobs`` holds, and to how many of them ``verb`` applies now.
+
+    What the operator confirms before ``apply_matching``. One query; an exact
+    count, so on a broad filter of a big table it reads every matching row.
+    """
+    _checked_verb(verb)
+    counts = jobs.order_by().aggregate(
+        matched=Count("pk"), applicable=Count("pk", filter=_applicable(verb, timezone.now()))
+    )
+    return Matching(matched=counts["matched"], applicable=counts["applicable"])
+
+
+def apply_matching(
+    verb: str,
+    jobs: QuerySet[Job],
+    *,
+    actor: Any,
+    note: str = "",
+    expected: int | None = None,
+    batch_size: int = BATCH_SIZE,
+    backend: str = "default",
+) -> MatchingResult:
+    """Apply ``verb`` to every job ``jobs`` matches, ``batch_size`` jobs per transaction.
+
+    ``expected``: the count the operator saw and confirmed (``count_matching``'s
+    ``matched``). If the filter matches another number now, ``StaleCountError``
+    is raised and nothing changes. ``None`` skips the check (scripts that
+    mean "whatever matches").
+
+    The jobs are walked in id order, each batch a compare-and-set per job in
+    one short transaction (``Engine.operate_batch``): a job that moved since
+    it was read is skipped, not forced. The walk never changes more jobs than
+    the filter matched when it started, and leaves alone jobs enqueued after
+    that: what was confirmed bounds what happens.
+    """
+    note = _checked_note(verb, note)
+    name = actor_name(actor)
+    if expected is not None and (
+        not isinstance(expected, int) or isinstance(expected, bool) or expected < 0
+    ):
+        raise OperatorRequestError(
+            f"expected must be a count of jobs (0 or more), not {expected!r}."
+        )
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise OperatorRequestError(f"batch_size must be at least 1, not {batch_size!r}.")
+    engine = jobs_backend(backend).engine
+    started = timezone.now()
+    counts = count_matching(verb, jobs)
+    if expected is not None and counts.matched != expected:
+        raise StaleCountError(
+            f"The filter matches {counts.matched} jobs now, not the {expected} confirmed; "
+            f"nothing was changed. Look again, and confirm {counts.matched} to go on.",
+            matched=counts.matched,
+            expected=expected,
+        )
+    result = MatchingResult(matched=counts.matched, applicable=counts.applicable)
+    scope = (
+        jobs.filter(_applicable(verb, started), enqueued_at__lte=started)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    last: uuid.UUID | None = None
+    while len(result.changed) < counts.matched:
+        page = scope if last is None else scope.filter(pk__gt=last)
+        ids = list(page[: min(batch_size, counts.matched - len(result.changed))])
+        if not ids:
+            break
+        last = ids[-1]
+        for done in engine.operate_batch(ids, verb, name, note):
+            if isinstance(done, Operated):
+                result.changed.append(done.job_id)
+                if done.rerun is not None:
+                    result.reruns[done.job_id] = done.rerun
     return result
 
 
@@ -144,6 +288,16 @@ def release(job: JobRef, *, actor: Any, note: str = "", backend: str = "default"
 
 def discard(job: JobRef, *, actor: Any, note: str, backend: str = "default") -> Transition:
     return apply("discard", job, actor=actor, note=note, backend=backend)
+
+
+def run_now(job: JobRef, *, actor: Any, note: str = "", backend: str = "default") -> Transition:
+    return apply("run_now", job, actor=actor, note=note, backend=backend)
+
+
+def rerun(job: JobRef, *, actor: Any, note: str = "", backend: str = "default") -> Job:
+    """A new queued job copied from a finished one (``verbs.py`` says what is copied)."""
+    done = perform("rerun", job, actor=actor, note=note, backend=backend)
+    return Job.objects.using(jobs_backend(backend).db).get(id=str(done.rerun))
 
 
 def pause_queue(queue: str, *, actor: Any, note: str = "", backend: str = "default") -> bool:

@@ -149,6 +149,20 @@ class QueueNotFoundError(OperatorRequestError):
     """Not one of the backend's ``QUEUES``, or not a name a queue can have."""
 
 
+class StaleCountError(OperatorRequestError):
+    """A verb over a filter was confirmed for another number of jobs than the filter matches now.
+
+    The operator saw N jobs and agreed to act on N; if the filter matches more
+    (or fewer) when the action starts, what they agreed to is not what would
+    happen, so nothing is changed and they are told the new count.
+    """
+
+    def __init__(self, message: str, *, matched: int, expected: int) -> None:
+        super().__init__(message)
+        self.matched = matched
+        self.expected = expected
+
+
 class LockedRowChangedError(RuntimeError):
     """A write found a row it holds locked in another state than it read: a broken invariant.
 

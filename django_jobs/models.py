@@ -100,6 +100,12 @@ class Job(models.Model):
     # The enqueuer's OpenTelemetry context (W3C traceparent), for the worker's
     # span to join its trace; NULL, so free, when nobody traces (tracing.py).
     trace_context = models.JSONField(null=True, blank=True, editable=False)
+    # The job this one was copied from by an operator's rerun. An id, not a
+    # foreign key: pruning the original must neither cascade to its reruns
+    # nor rewrite them.
+    rerun_of = models.UUIDField(
+        null=True, blank=True, editable=False, help_text="The job this one reruns."
+    )
 
     class Meta:
         ordering = ["-enqueued_at"]
@@ -173,6 +179,12 @@ class Job(models.Model):
                 fields=["expires_at"],
                 condition=Q(state=JobState.QUEUED, expires_at__isnull=False),
                 name="django_jobs_deadline_idx",
+            ),
+            # A job's reruns, for its page. Partial: enqueue writes no entry.
+            models.Index(
+                fields=["rerun_of"],
+                condition=Q(rerun_of__isnull=False),
+                name="django_jobs_rerun_of_idx",
             ),
         ]
         # One per operator verb, as declared in VERBS (a new verb brings its migration).

@@ -41,6 +41,9 @@ job_retried = Signal()
 job_quarantined = Signal()
 job_released = Signal()
 job_discarded = Signal()
+job_run_now = Signal()
+# Sent for the original job (the new one's id is in the note); its state is unchanged.
+job_rerun = Signal()
 
 BY_TRANSITION: dict[Transition, Signal] = {
     Transition.CLAIM: job_claimed,
@@ -63,6 +66,8 @@ BY_TRANSITION: dict[Transition, Signal] = {
     Transition.QUARANTINE: job_quarantined,
     Transition.RELEASE: job_released,
     Transition.DISCARD: job_discarded,
+    Transition.RUN_NOW: job_run_now,
+    Transition.RERUN: job_rerun,
 }
 
 

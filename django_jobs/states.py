@@ -105,6 +105,10 @@ class Transition(StrEnum):
     QUARANTINE = "quarantine"
     RELEASE = "release"
     DISCARD = "discard"
+    RUN_NOW = "run_now"  # a queued job scheduled for later: due at once
+    # Not a change of state, and so not in TRANSITIONS: a finished job is
+    # copied into a new queued one. Recorded in the audit trail of both.
+    RERUN = "rerun"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,10 @@ class Rule:
 _S = JobState
 # Finished without success: where an operator may retry, quarantine or discard.
 UNSUCCESSFUL = frozenset({_S.FAILED, _S.EXHAUSTED, _S.CANCELLED, _S.EXPIRED})
+# Finished, and not held: what an operator may rerun as a new job. A held
+# (quarantined) job is released or discarded first: copying it would copy
+# whatever made it poison.
+RERUNNABLE = FINISHED_STATES - {_S.QUARANTINED}
 
 TRANSITIONS: dict[Transition, Rule] = {
     Transition.CLAIM: Rule(frozenset({_S.QUEUED}), _S.RUNNING),
@@ -138,6 +146,8 @@ TRANSITIONS: dict[Transition, Rule] = {
     Transition.QUARANTINE: Rule(UNSUCCESSFUL | {_S.QUEUED}, _S.QUARANTINED),
     Transition.RELEASE: Rule(frozenset({_S.QUARANTINED}), _S.QUEUED),
     Transition.DISCARD: Rule(UNSUCCESSFUL | {_S.WAITING, _S.QUEUED, _S.QUARANTINED}, _S.DISCARDED),
+    # Also guarded by run_after being in the future (engine/operator.py).
+    Transition.RUN_NOW: Rule(frozenset({_S.QUEUED}), _S.QUEUED),
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from django.utils import timezone
 
 from .retry import Decision
-from .states import AttemptOutcome, JobState
+from .states import AttemptOutcome, JobState, Transition
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +142,16 @@ class StepWrite(enum.StrEnum):
 class Finished:
     applied: list[tuple[Report, JobState]] = field(default_factory=list)
     stale: list[Report] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Operated:
+    """What an operator verb did to one job: the transition, and the copy a rerun made."""
+
+    job_id: uuid.UUID
+    transition: Transition
+    from_state: JobState
+    #: The job's state now: a rerun leaves the original in the state it was.
+    to_state: JobState
+    #: The new job a rerun enqueued.
+    rerun: uuid.UUID | None = None

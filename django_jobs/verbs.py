@@ -1,10 +1,12 @@
-"""The operator verbs, declared once: cancel, retry, quarantine, release, discard.
+"""The operator verbs, declared once: cancel, retry, quarantine, release, discard,
+run_now, rerun.
 
 A verb is what an operator asks for; the transitions it may take are rows of
 ``states.TRANSITIONS``, tried in order, and the first that the job's current
-state allows is taken. Everything the interfaces show or check about a verb
-is declared here too, and each of them is built from ``VERBS`` instead of
-listing the verbs again:
+state allows is taken. One verb, ``rerun``, changes no state: it copies a
+finished job into a new one (``copies_from``). Everything the interfaces
+show or check about a verb is declared here too, and each of them is built
+from ``VERBS`` instead of listing the verbs again:
 
 * ``control.apply`` refuses an unknown verb, and a missing note, from it;
 * ``Job.Meta.permissions`` holds one permission per verb;
@@ -26,17 +28,26 @@ What each verb does:
   released. A note is required.
 * ``release`` — a quarantined job is queued again, with at least one attempt left.
 * ``discard`` — accept the loss of a job that will not succeed; a note is required.
+* ``run_now`` — a queued job scheduled for later (delayed, or waiting out a
+  retry's backoff) becomes due at once. A queued job already due is refused:
+  nothing would change.
+* ``rerun`` — a new job copied from a finished one that is not held (task,
+  arguments, queue, priority, tenant, concurrency key, timeout, attempt
+  budget; not its idempotency key, deadline or dependencies). The original
+  is left as it is; each names the other in its audit trail, and the copy's
+  ``rerun_of`` holds the original's id.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
-from .states import TRANSITIONS, JobState, Transition, allowed
+from .states import RERUNNABLE, TRANSITIONS, JobState, Transition, allowed
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -62,6 +73,11 @@ class Verb:
     #: One line saying what it does: the admin's tooltip and confirmation page,
     #: the CLI's ``--help`` and the API's docs (the last two with ``description``).
     help: StrOrPromise
+    #: The states of the jobs it copies into a new one, leaving them as they
+    #: are (``rerun``); such a verb takes no transition.
+    copies_from: frozenset[JobState] = frozenset()
+    #: Applies only to a job whose ``run_after`` is in the future (``run_now``).
+    only_scheduled: bool = False
 
     @property
     def codename(self) -> str:
@@ -74,12 +90,19 @@ class Verb:
         return f"django_jobs.{self.codename}"
 
     def applies_to(self, state: JobState | str) -> bool:
-        return any(allowed(transition, state) for transition in self.transitions)
+        """Whether a job in ``state`` may take it (``only_scheduled`` aside)."""
+        return JobState(state) in self.copies_from or any(
+            allowed(transition, state) for transition in self.transitions
+        )
+
+    def applies_to_job(self, state: JobState | str, run_after: datetime, now: datetime) -> bool:
+        """``applies_to``, and for ``only_scheduled`` a ``run_after`` still ahead of ``now``."""
+        return self.applies_to(state) and (not self.only_scheduled or run_after > now)
 
     def source_states(self) -> list[JobState]:
         """The states it applies to, in ``JobState``'s order."""
         sources = {state for t in self.transitions for state in TRANSITIONS[t].sources}
-        return [state for state in JobState if state in sources]
+        return [state for state in JobState if state in sources or state in self.copies_from]
 
     @property
     def description(self) -> StrOrPromise:
@@ -89,7 +112,10 @@ class Verb:
         """
         states = ", ".join(state.value for state in self.source_states())
         note = " A note is required." if self.needs_note else ""
-        return format_lazy("{} It applies to jobs that are {}.{}", self.help, states, note)
+        scheduled = " and scheduled for later" if self.only_scheduled else ""
+        return format_lazy(
+            "{} It applies to jobs that are {}{}.{}", self.help, states, scheduled, note
+        )
 
 
 VERBS: dict[str, Verb] = {
@@ -142,6 +168,32 @@ VERBS: dict[str, Verb] = {
             label=_("Discard"),
             done=_("discarded"),
             help=_("Accept the loss of a job that will not succeed: it will not run."),
+        ),
+        Verb(
+            name="run_now",
+            transitions=(Transition.RUN_NOW,),
+            needs_note=False,
+            permission_name="Can run scheduled jobs now",
+            label=_("Run now"),
+            done=_("made due now"),
+            help=_(
+                "Make a job scheduled for later (delayed, or waiting out a retry's "
+                "backoff) due at once."
+            ),
+            only_scheduled=True,
+        ),
+        Verb(
+            name="rerun",
+            transitions=(),
+            needs_note=False,
+            permission_name="Can rerun finished jobs",
+            label=_("Rerun"),
+            done=_("rerun"),
+            help=_(
+                "Enqueue a new job copied from a finished one (task, arguments, queue, "
+                "priority, tenant; not its idempotency key); the original stays as it is."
+            ),
+            copies_from=RERUNNABLE,
         ),
     )
 }

@@ -495,6 +495,77 @@ def test_bulk__refuses_more_jobs_than_its_limit(
     assert {state(j) for j in jobs} == {JobState.FAILED}
 
 
+def across(client: Client, verb: str, filters: str, one: Job, **extra: str) -> Any:
+    """The changelist's action with "Select all N" ticked: the filter, not the ticked rows."""
+    data = {"action": f"{verb}_jobs", "select_across": "1", "_selected_action": [str(one.pk)]}
+    return client.post(f"{LIST_URL}?{filters}", {**data, **extra}, follow=True)
+
+
+def acme_jobs() -> tuple[list[Job], Job, Job]:
+    """Three failed jobs and a succeeded one of tenant acme; a failed one of another tenant."""
+    failed = [make_job(JobState.FAILED, tenant="acme") for _ in range(3)]
+    return (
+        failed,
+        make_job(JobState.SUCCEEDED, tenant="acme"),
+        make_job(JobState.FAILED, tenant="other"),
+    )
+
+
+def test_across__the_confirmation_says_how_many_jobs_match_and_how_many_it_applies_to(
+    admin_client: Client,
+) -> None:
+    failed, succeeded, other = acme_jobs()
+
+    response = across(admin_client, "retry", "tenant=acme", failed[0], index="0")
+
+    html = response.content.decode()
+    assert response.templates[0].name == "django_jobs/admin/job/confirm.html"
+    assert 'data-matched="4" data-applicable="3"' in html
+    assert '<input type="hidden" name="expected" value="4">' in html
+    assert {state(j) for j in [*failed, succeeded, other]} == {JobState.FAILED, JobState.SUCCEEDED}
+
+
+def test_across__the_confirmed_count_applies_the_verb_to_every_matching_job(
+    admin_client: Client,
+) -> None:
+    failed, succeeded, other = acme_jobs()
+
+    response = across(admin_client, "retry", "tenant=acme", failed[0], confirm="yes", expected="4")
+
+    assert [state(j) for j in failed] == [JobState.QUEUED] * 3
+    assert (state(succeeded), state(other)) == (JobState.SUCCEEDED, JobState.FAILED)
+    assert texts(response) == ["3 of 4 matching jobs retried; 1 skipped."]
+
+
+def test_across__a_filter_that_matches_more_than_was_confirmed_changes_nothing(
+    admin_client: Client,
+) -> None:
+    failed, _, _ = acme_jobs()
+
+    response = across(admin_client, "retry", "tenant=acme", failed[0], confirm="yes", expected="3")
+
+    assert [state(j) for j in failed] == [JobState.FAILED] * 3
+    assert texts(response) == [
+        "The filter matches 4 jobs now, not the 3 confirmed; nothing was changed. "
+        "Look again, and confirm 4 to go on."
+    ]
+
+
+def test_across__a_filter_beyond_the_admins_limit_points_to_the_cli(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failed, _, _ = acme_jobs()
+    monkeypatch.setattr(actions, "ACROSS_LIMIT", 2)
+
+    response = across(admin_client, "retry", "tenant=acme", failed[0], index="0")
+
+    assert texts(response) == [
+        "The filter matches 4 jobs; the admin acts on at most 2 at a time. Narrow the "
+        "filter, or use manage.py jobs retry with the same filters."
+    ]
+    assert [state(j) for j in failed] == [JobState.FAILED] * 3
+
+
 @pytest.mark.parametrize("verb", list(VERB_CASES))
 def test_bulk__each_action_is_offered_only_with_its_permission(db: None, verb: str) -> None:
     others = [f"{v}_job" for v in VERB_CASES if v != verb]
@@ -543,6 +614,38 @@ def test_button__applies_its_verb_to_the_job_and_says_the_new_state(
     assert response.redirect_chain == [
         (reverse("admin:django_jobs_job_change", args=[job.pk]), 302)
     ]
+
+
+def test_button__run_now_makes_a_scheduled_job_due_and_is_offered_only_while_scheduled(
+    admin_client: Client,
+) -> None:
+    job = make_job(run_after=timezone.now() + timedelta(hours=1))
+    page = reverse("admin:django_jobs_job_change", args=[job.pk])
+    offered = [b["verb"].name for b in admin_client.get(page).context["verb_buttons"]]
+
+    response = admin_client.post(button_url(job, "run_now"), follow=True)
+
+    after = [b["verb"].name for b in response.context["verb_buttons"]]
+    assert ("run_now" in offered, "run_now" in after) == (True, False)
+    assert Job.objects.get(pk=job.pk).run_after <= timezone.now()
+    assert texts(response) == ["Job made due now: it is now Queued."]
+
+
+def test_button__rerun_takes_the_operator_to_the_new_job_linked_to_the_original(
+    admin_client: Client,
+) -> None:
+    job = make_job(JobState.SUCCEEDED, attempts=1, idempotency_key="k-1")
+
+    response = admin_client.post(button_url(job, "rerun"), follow=True)
+
+    copy = Job.objects.get(rerun_of=job.pk)
+    html = response.content.decode()
+    assert response.redirect_chain == [
+        (reverse("admin:django_jobs_job_change", args=[copy.pk]), 302)
+    ]
+    assert texts(response) == ["Job rerun: this is the new job."]
+    assert reverse("admin:django_jobs_job_change", args=[job.pk]) in html  # rerun of
+    assert (state(job), copy.state, copy.idempotency_key) == ("succeeded", "queued", None)
 
 
 def test_button__cancel_of_a_running_job_asks_it_to_stop(admin_client: Client) -> None:
@@ -622,6 +725,27 @@ def test_job_page__shows_only_the_buttons_its_state_allows(admin_client: Client)
         "release",
         "discard",
     ]
+
+
+def test_job_page__a_finished_job_offers_rerun_and_a_held_one_does_not(
+    admin_client: Client,
+) -> None:
+    offered = {
+        held: "rerun"
+        in [
+            b["verb"].name
+            for b in admin_client.get(
+                reverse("admin:django_jobs_job_change", args=[make_job(held).pk])
+            ).context["verb_buttons"]
+        ]
+        for held in (JobState.SUCCEEDED, JobState.DISCARDED, JobState.QUARANTINED)
+    }
+
+    assert offered == {
+        JobState.SUCCEEDED: True,
+        JobState.DISCARDED: True,
+        JobState.QUARANTINED: False,
+    }
 
 
 # -- dashboard and workers --------------------------------------------------------------------

@@ -374,6 +374,7 @@ def test_browser__bulk_quarantine_and_discard_take_a_reason_on_a_confirmation_pa
             "Job discarded: it is now Discarded.",
             "Discarded",
         ),
+        ("scheduled", "run_now", "", "Job made due now: it is now Queued.", "Queued"),
     ],
 )
 def test_browser__each_button_on_the_job_page_changes_the_job_and_says_so(
@@ -422,3 +423,50 @@ def test_browser__an_operator_without_retry_job_sees_no_retry_button(
     console.open(f"/admin/django_jobs/job/{jobs['failed'].pk}/change/")
 
     assert console.buttons() == ["dj-verb-discard"]
+
+
+def test_browser__rerun_opens_the_new_job_which_links_back_to_the_original(
+    console: Console,
+) -> None:
+    jobs = a_day_of_trouble()
+    console.open(f"/admin/django_jobs/job/{jobs['succeeded'].pk}/change/")
+
+    console.press("rerun")
+
+    assert console.messages() == ["Job rerun: this is the new job."]
+    copy = Job.objects.get(rerun_of=jobs["succeeded"].pk)
+    assert console.driver.current_url == f"{console.base}/admin/django_jobs/job/{copy.pk}/change/"
+    assert console.job_state() == "Queued"
+    console.driver.find_element(By.CSS_SELECTOR, ".field-rerun_of_link a").click()
+    console.wait_for(".field-reruns a")
+    assert console.job_state() == "Succeeded"
+
+
+def test_browser__select_all_across_pages_confirms_the_count_then_retries_every_match(
+    console: Console,
+) -> None:
+    now = timezone.now()
+    Job.objects.bulk_create(
+        Job(
+            task_name="tests.testapp.tasks.add",
+            state=JobState.FAILED,
+            attempts=1,
+            max_attempts=1,
+            run_after=now,
+            enqueued_at=now - timedelta(seconds=i),
+            updated_at=now,
+        )
+        for i in range(101)  # one more than a page
+    )
+    console.open("/admin/django_jobs/job/?state=failed")
+    console.driver.find_element(By.ID, "action-toggle").click()
+    console.driver.find_element(By.CSS_SELECTOR, ".actions .question a").click()
+
+    console.run_action("Retry selected jobs")
+    across = console.wait_for(".dj-across")
+    counts = (across.get_attribute("data-matched"), across.get_attribute("data-applicable"))
+    console.confirm()
+
+    assert counts == ("101", "101")
+    assert console.messages() == ["101 of 101 matching jobs retried; 0 skipped."]
+    assert set(Job.objects.values_list("state", flat=True)) == {JobState.QUEUED}

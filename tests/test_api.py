@@ -104,7 +104,7 @@ def client_for(user: User | None) -> APIClient:
 def operator(db: None) -> APIClient:
     """A staff user holding every django_jobs permission."""
     perms = ["view_job", "view_worker", "cancel_job", "retry_job", "quarantine_job"]
-    perms += ["release_job", "discard_job", "pause_queue"]
+    perms += ["release_job", "discard_job", "run_now_job", "rerun_job", "pause_queue"]
     return client_for(make_user("op", staff=True, perms=perms))
 
 
@@ -244,6 +244,7 @@ def test_verb__records_the_user_and_note_in_the_audit_trail(operator: APIClient)
         "transition": "quarantine",
         "state": "quarantined",
         "status": "FAILED",
+        "rerun": None,
     }
     event = JobEvent.objects.get(job=job)
     assert (event.actor, event.note, event.from_state, event.to_state) == (
@@ -794,3 +795,93 @@ def test_setting__defaults_are_valid() -> None:
     assert isinstance(loaded.authority, DefaultAuthority)
     assert list(loaded.tenants_for_user(object())) == []
     assert loaded.database == "default"
+
+
+# -- run now, rerun, and a verb over a filter ---------------------------------------------
+
+
+def test_run_now__makes_a_scheduled_job_due(operator: APIClient) -> None:
+    job = make_job(run_after=timezone.now() + timedelta(hours=1))
+
+    response = operator.post(f"{URL}{job.id}/run_now/", {}, format="json")
+
+    assert response.status_code == 200
+    assert (response.json()["transition"], response.json()["state"]) == ("run_now", "queued")
+    assert Job.objects.get(id=job.id).run_after <= timezone.now()
+
+
+def test_rerun__answers_with_the_new_job(operator: APIClient) -> None:
+    job = make_job(JobState.SUCCEEDED, idempotency_key="k")
+
+    response = operator.post(f"{URL}{job.id}/rerun/", {"note": "again"}, format="json")
+
+    copy = Job.objects.get(rerun_of=job.id)
+    assert response.status_code == 200
+    assert response.json() == {
+        "id": str(job.id),
+        "verb": "rerun",
+        "transition": "rerun",
+        "state": "succeeded",
+        "status": "SUCCESSFUL",
+        "rerun": str(copy.id),
+    }
+
+
+def test_bulk__applies_the_verb_to_every_job_the_filter_matches(operator: APIClient) -> None:
+    failed = [make_job(JobState.FAILED, queue="mail") for _ in range(3)]
+    done = make_job(JobState.SUCCEEDED, queue="mail")
+    elsewhere = make_job(JobState.FAILED, queue="default")
+
+    response = operator.post(
+        f"{URL}bulk/retry/?queue=mail", {"expected_count": 4, "note": "smtp back"}, format="json"
+    )
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "verb": "retry",
+        "matched": 4,
+        "applicable": 3,
+        "changed": 3,
+        "skipped": 1,
+        "reruns": {},
+    }
+    states = dict(Job.objects.values_list("id", "state"))
+    assert [states[j.id] for j in failed] == ["queued"] * 3
+    assert (states[done.id], states[elsewhere.id]) == ("succeeded", "failed")
+
+
+def test_bulk__refuses_a_count_the_filter_no_longer_matches_and_changes_nothing(
+    operator: APIClient,
+) -> None:
+    for _ in range(3):
+        make_job(JobState.FAILED, queue="mail")
+
+    response = operator.post(f"{URL}bulk/retry/?queue=mail", {"expected_count": 2}, format="json")
+
+    assert response.status_code == 409
+    assert (response.json()["matched"], response.json()["expected"]) == (3, 2)
+    assert "matches 3 jobs now, not the 2 confirmed" in response.json()["detail"]
+    assert set(Job.objects.values_list("state", flat=True)) == {"failed"}
+
+
+def test_bulk__needs_the_expected_count_and_a_known_filter(operator: APIClient) -> None:
+    make_job(JobState.FAILED)
+
+    missing = operator.post(f"{URL}bulk/retry/", {}, format="json")
+    typo = operator.post(f"{URL}bulk/retry/?tenat=A", {"expected_count": 1}, format="json")
+
+    assert (missing.status_code, list(missing.json())) == (400, ["expected_count"])
+    assert (typo.status_code, list(typo.json())) == (400, ["tenat"])
+    assert set(Job.objects.values_list("state", flat=True)) == {"failed"}
+
+
+def test_bulk__a_tenant_user_acts_only_on_their_tenants_jobs(db: None) -> None:
+    mine, theirs = make_job(JobState.FAILED, tenant="A"), make_job(JobState.FAILED, tenant="B")
+
+    response = client_for(make_user("alice")).post(
+        f"{URL}bulk/retry/?state=failed", {"expected_count": 1}, format="json"
+    )
+
+    assert (response.status_code, response.json()["changed"]) == (200, 1)
+    states = dict(Job.objects.values_list("id", "state"))
+    assert (states[mine.id], states[theirs.id]) == ("queued", "failed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -683,3 +684,104 @@ def test_exit_code__2_for_a_missing_note(pg: None) -> None:
 
     assert done.returncode == 2
     assert done.stderr.endswith("error: the following arguments are required: --note\n")
+
+
+# -- a verb over a filter, and --json ------------------------------------------------------
+
+
+def test_filter__applies_the_verb_to_every_matching_job_in_batches_with_yes(pg: None) -> None:
+    failed = [make_job(JobState.FAILED, queue="mail") for _ in range(3)]
+    done, elsewhere = make_job(JobState.SUCCEEDED, queue="mail"), make_job(JobState.FAILED)
+
+    out, _ = jobs("retry", "--queue", "mail", "--yes", "--batch-size", "2", "--actor", "ops")
+
+    states = dict(Job.objects.values_list("id", "state"))
+    assert [states[j.id] for j in failed] == ["queued"] * 3
+    assert (states[done.id], states[elsewhere.id]) == ("succeeded", "failed")
+    assert out == "retry: 3 of 4 matching job(s) retried; 1 skipped.\n"
+
+
+def test_filter__without_a_terminal_asks_for_the_count_and_changes_nothing(pg: None) -> None:
+    make_job(JobState.FAILED), make_job(JobState.SUCCEEDED)
+
+    error, _, _ = jobs_failing("retry", "--state", "failed", "--state", "succeeded")
+
+    assert error == (
+        "retry: the filter matches 2 job(s); retry applies to 1 of them now. Nothing was "
+        "changed: confirm with --expect 2 (or --yes) when not at a terminal."
+    )
+    assert set(Job.objects.values_list("state", flat=True)) == {"failed", "succeeded"}
+
+
+def test_filter__a_count_the_filter_no_longer_matches_is_refused(pg: None) -> None:
+    make_job(JobState.FAILED), make_job(JobState.FAILED)
+
+    error, _, _ = jobs_failing("retry", "--state", "failed", "--expect", "1")
+
+    assert error.startswith("The filter matches 2 jobs now, not the 1 confirmed; nothing")
+    assert set(Job.objects.values_list("state", flat=True)) == {"failed"}
+
+
+def test_filter__ids_and_a_filter_together_are_refused(pg: None) -> None:
+    job = make_job(JobState.FAILED)
+
+    error, _, _ = jobs_failing("retry", str(job.id), "--state", "failed", "--yes")
+
+    assert error == "retry takes job ids or filters, not both. Nothing was changed."
+
+
+def test_json__a_verb_on_ids_prints_one_document_with_changes_and_refusals(pg: None) -> None:
+    done, scheduled = make_job(JobState.SUCCEEDED), make_job(run_after_seconds_ago=-3600)
+
+    error, out, _ = jobs_failing("rerun", str(done.id), str(scheduled.id), "--json")
+
+    copy = Job.objects.get(rerun_of=done.id)
+    assert json.loads(out) == {
+        "verb": "rerun",
+        "jobs": [
+            {"id": str(done.id), "transition": "rerun", "state": "succeeded", "rerun": str(copy.id)}
+        ],
+        "refused": {
+            str(scheduled.id): f"Cannot rerun job {scheduled.id}: it is queued; rerun applies "
+            "only to jobs that are cancelled, discarded, exhausted, expired, failed, succeeded."
+        },
+    }
+    assert error == "rerun: 1 of 2 job(s) refused; 1 changed."
+
+
+def test_json__run_now_over_a_filter_reports_counts(pg: None) -> None:
+    later = make_job(run_after_seconds_ago=-3600)
+    make_job()  # queued and already due: run_now skips it
+
+    out, _ = jobs("run_now", "--state", "queued", "--expect", "2", "--json")
+
+    assert json.loads(out) == {
+        "verb": "run_now",
+        "matched": 2,
+        "applicable": 1,
+        "changed": 1,
+        "skipped": 1,
+        "reruns": {},
+    }
+    assert Job.objects.get(id=later.id).run_after <= timezone.now()
+
+
+def test_json__list_show_stats_pause_and_prune_each_print_one_document(pg: None) -> None:
+    job = make_job(JobState.FAILED, tenant="acme")
+    control.apply("retry", job.id, actor="alice")
+
+    listed = json.loads(jobs("list", "--json")[0])
+    shown = json.loads(jobs("show", str(job.id), "--json")[0])
+    stats = json.loads(jobs("stats", "--json")[0])
+    paused = json.loads(jobs("pause", "default", "--json")[0])
+    pruned = json.loads(jobs("prune", "--dry-run", "--json")[0])
+
+    assert [(j["id"], j["state"], j["tenant"]) for j in listed["jobs"]] == [
+        (str(job.id), "queued", "acme")
+    ]
+    assert listed["more"] is False
+    assert (shown["id"], shown["state"], shown["rerun_of"]) == (str(job.id), "queued", None)
+    assert [(e["transition"], e["actor"]) for e in shown["events"]] == [("retry", "alice")]
+    assert {q["queue"]: q["depth"]["queued"] for q in stats["queues"]} == {"default": 1, "other": 0}
+    assert paused == {"queue": "default", "paused": True, "changed": True}
+    assert (pruned["dry_run"], pruned["jobs"]) == (True, 0)

@@ -296,6 +296,51 @@ def test_verbs__bulk_reports_changed_and_refused_with_reasons(pg: None) -> None:
     }
 
 
+def test_apply_matching__walks_the_filter_in_batches_and_counts_what_it_skipped(
+    pg: None,
+) -> None:
+    ids = [uuid.UUID(tasks.add.enqueue(i, i).id) for i in range(5)]
+    Job.objects.filter(id__in=ids[:4]).update(state=JobState.FAILED)
+
+    result = control.apply_matching(
+        "retry", Job.objects.filter(id__in=ids), actor="ops", expected=5, batch_size=2
+    )
+
+    assert (result.matched, result.applicable, result.skipped) == (5, 4, 1)
+    assert sorted(result.changed) == sorted(ids[:4])
+    assert set(Job.objects.values_list("state", flat=True)) == {JobState.QUEUED}
+    assert JobEvent.objects.filter(transition="retry").count() == 4
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"expected": -1}, "expected must be a count of jobs"),
+        ({"expected": "5"}, "expected must be a count of jobs"),
+        ({"batch_size": 0}, "batch_size must be at least 1"),
+    ],
+)
+def test_apply_matching__refuses_a_malformed_count_or_batch_and_changes_nothing(
+    pg: None, option: dict[str, Any], message: str
+) -> None:
+    job = tasks.add.enqueue(1, 1)
+    Job.objects.filter(id=job.id).update(state=JobState.FAILED)
+
+    with pytest.raises(OperatorRequestError, match=message):
+        control.apply_matching("retry", Job.objects.all(), actor="ops", **option)
+
+    assert Job.objects.get(id=job.id).state == JobState.FAILED
+
+
+def test_rerun__returns_the_new_job_queued_to_run(pg: None) -> None:
+    done = tasks.add.enqueue(2, 3)
+    Job.objects.filter(id=done.id).update(state=JobState.SUCCEEDED)
+
+    copy = control.rerun(done.id, actor="ops")
+
+    assert (copy.state, copy.args, copy.rerun_of) == (JobState.QUEUED, [2, 3], uuid.UUID(done.id))
+
+
 def test_verbs__retry_grants_a_fresh_attempt_budget(pg: None) -> None:
     result = tasks.always_fails.enqueue("x")
     Job.objects.filter(id=result.id).update(state=JobState.EXHAUSTED, attempts=3)

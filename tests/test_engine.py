@@ -168,19 +168,82 @@ def test_reap__moves_only_leased_states(alias: str, state: JobState) -> None:
 def test_operate__applies_each_verb_only_where_the_table_allows(
     alias: str, verb: str, state: JobState
 ) -> None:
-    job = make_job(alias, state, attempts=1)
+    # Scheduled for later, so run_now finds what it moves; no other verb looks at it.
+    job = make_job(alias, state, attempts=1, run_after_seconds=3600)
     allowed_here = [t for t in VERBS[verb].transitions if state in TRANSITIONS[t].sources]
     if allowed_here:
-        taken = engine_for(alias).operate(job.id, verb, "ops", "walk")
+        done = engine_for(alias).operate(job.id, verb, "ops", "walk")
         job.refresh_from_db()
         event = JobEvent.objects.using(alias).get(job=job)
-        assert (taken, job.state) == (allowed_here[0], TRANSITIONS[allowed_here[0]].target)
+        assert (done.transition, job.state) == (
+            allowed_here[0],
+            TRANSITIONS[allowed_here[0]].target,
+        )
         assert (event.actor, event.from_state, event.to_state) == ("ops", state, job.state)
+    elif state in VERBS[verb].copies_from:
+        done = engine_for(alias).operate(job.id, verb, "ops", "walk")
+        job.refresh_from_db()
+        copy = Job.objects.using(alias).get(rerun_of=job.id)
+        assert (done.transition, done.rerun, job.state) == (Transition.RERUN, copy.id, state)
+        assert (copy.state, copy.attempts, copy.task_name, copy.args) == (
+            JobState.QUEUED,
+            0,
+            job.task_name,
+            job.args,
+        )
     else:
         with pytest.raises(InvalidTransitionError, match=f"Cannot {verb} job .*: it is {state}"):
             engine_for(alias).operate(job.id, verb, "ops", "walk")
         job.refresh_from_db()
         assert (job.state, JobEvent.objects.using(alias).count()) == (state, 0)
+        assert Job.objects.using(alias).count() == 1
+
+
+def test_operate__run_now_refuses_a_queued_job_already_due(alias: str) -> None:
+    job = make_job(alias, JobState.QUEUED, run_after_seconds=-5)
+    before = Job.objects.using(alias).get(id=job.id).run_after
+    with pytest.raises(InvalidTransitionError, match="it is queued and already due"):
+        engine_for(alias).operate(job.id, "run_now", "ops")
+    job.refresh_from_db()
+    assert (job.run_after, JobEvent.objects.using(alias).count()) == (before, 0)
+
+
+def test_operate__run_now_makes_a_scheduled_job_claimable_at_once(alias: str) -> None:
+    job = make_job(alias, JobState.QUEUED, run_after_seconds=3600)
+    before = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    engine_for(alias).operate(job.id, "run_now", "ops")
+    after = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    event = JobEvent.objects.using(alias).get(job=job)
+    assert (before, [c.job_id for c in after]) == ([], [job.id])
+    assert (event.transition, event.from_state, event.to_state) == ("run_now", "queued", "queued")
+
+
+def test_operate__rerun_copies_the_work_not_the_identity_and_links_both_ways(alias: str) -> None:
+    job = make_job(alias, JobState.SUCCEEDED, attempts=2)
+    Job.objects.using(alias).filter(id=job.id).update(
+        kwargs={"x": 1},
+        queue="default",
+        priority=7,
+        tenant="acme",
+        idempotency_key="once",
+        dedup_scope="tests.testapp.tasks.add|acme",
+        attempt_budget=4,
+        result=3,
+        finished_at=timezone.now(),
+    )
+    done = engine_for(alias).operate(job.id, "rerun", "alice", "customer asked")
+    copy = Job.objects.using(alias).get(id=done.rerun)
+    copied = ("task_name", "args", "kwargs", "queue", "priority", "tenant", "dedup_scope")
+    assert {f: getattr(copy, f) for f in copied} == {
+        f: getattr(Job.objects.using(alias).get(id=job.id), f) for f in copied
+    }
+    assert (copy.idempotency_key, copy.rerun_of, copy.initiator) == (None, job.id, "alice")
+    assert (copy.state, copy.attempts, copy.max_attempts, copy.result) == ("queued", 0, 4, None)
+    notes = dict(JobEvent.objects.using(alias).values_list("job_id", "note"))
+    assert notes == {
+        job.id: f"rerun as job {copy.id}: customer asked",
+        copy.id: f"rerun of job {job.id}: customer asked",
+    }
 
 
 def test_transition_table__every_state_is_reachable_and_every_rule_has_sources() -> None:
@@ -401,7 +464,15 @@ def engine_of(job: Job) -> Engine:
 
 
 def _verb(verb: str) -> Any:
-    return lambda job: engine_of(job).operate(job.id, verb, "ops", "walk")
+    def act(job: Job) -> None:
+        if VERBS[verb].only_scheduled:  # run_now moves only a job scheduled for later
+            later = timezone.now() + timedelta(hours=1)
+            Job.objects.using(job._state.db).filter(id=job.id).update(run_after=later)
+        done = engine_of(job).operate(job.id, verb, "ops", "walk")
+        if done.rerun is not None:  # the copy is a row the engine could write, too
+            assert inconsistencies(Job.objects.using(job._state.db).get(id=done.rerun)) == []
+
+    return act
 
 
 def _report(transition: Transition) -> Any:
@@ -431,8 +502,8 @@ LEASED = frozenset({JobState.RUNNING, JobState.CANCELLING})
 # which the tests above cover).
 EVENTS: dict[str, tuple[Any, frozenset[JobState]]] = {
     **{
-        f"verb {verb}": (_verb(verb), frozenset().union(*(TRANSITIONS[t].sources for t in ts)))
-        for verb, ts in ((name, verb.transitions) for name, verb in VERBS.items())
+        f"verb {name}": (_verb(name), frozenset(verb.source_states()))
+        for name, verb in VERBS.items()
     },
     **{f"report {t}": (_report(t), LEASED) for t in WORKER_REPORTS},
     "reap": (_reap, LEASED),

@@ -28,7 +28,7 @@ from rest_framework.test import APIClient
 
 from django_jobs.api.views import JobViewSet
 from django_jobs.models import Job, JobEvent
-from django_jobs.states import TRANSITIONS, JobState
+from django_jobs.states import TRANSITIONS
 from django_jobs.verbs import VERBS, Verb
 from tests.conftest import ROOT
 
@@ -51,8 +51,12 @@ def admin_verbs() -> set[str]:
 
 
 def api_verbs() -> set[str]:
-    """The POST actions on a job that the API's router publishes."""
-    return {extra.url_path for extra in JobViewSet.get_extra_actions() if "post" in extra.mapping}
+    """The POST actions on a job that the API's router publishes, and their bulk form."""
+    extras = [extra for extra in JobViewSet.get_extra_actions() if "post" in extra.mapping]
+    single = {extra.url_path for extra in extras if extra.detail}
+    bulk = {extra.url_path.removeprefix("bulk/") for extra in extras if not extra.detail}
+    assert single == bulk
+    return single
 
 
 def cli_subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -80,7 +84,8 @@ def permission_verbs() -> set[str]:
 
 @pytest.mark.parametrize("verb", VERBS.values(), ids=list(VERBS))
 def test_each_verb_takes_only_transitions_of_the_table(verb: Verb) -> None:
-    assert verb.transitions
+    # Or, a verb that changes no state, copies jobs of the states it names.
+    assert bool(verb.transitions) != bool(verb.copies_from)
     assert len(set(verb.transitions)) == len(verb.transitions)
     assert all(transition in TRANSITIONS for transition in verb.transitions)
 
@@ -144,15 +149,14 @@ def test_each_verb_permission_exists_in_the_database(db: None) -> None:
 
 def make_job(verb: Verb) -> Job:
     """A job in a state the verb applies to, written directly: test set-up, not a transition."""
-    first = TRANSITIONS[verb.transitions[0]].sources
     now = timezone.now()
     return Job.objects.create(
         task_name="tests.testapp.tasks.add",
         args=[1, 2],
-        state=next(state for state in JobState if state in first),
+        state=verb.source_states()[0],
         attempts=1,
         max_attempts=3,
-        run_after=now - timedelta(seconds=1),
+        run_after=now + timedelta(hours=1),  # scheduled: run_now applies
         enqueued_at=now,
         updated_at=now,
     )

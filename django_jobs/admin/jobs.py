@@ -270,6 +270,10 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
             {"fields": ("waits_for", "waited_for_by", "batch_info")},
         ),
         (
+            gettext_lazy("Reruns"),
+            {"fields": ("rerun_of_link", "reruns")},
+        ),
+        (
             gettext_lazy("Payload and result"),
             {"fields": ("args_json", "kwargs_json", "result_json", "last_error_text")},
         ),
@@ -360,6 +364,17 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
         if job.batch_id is None:
             return EMPTY
         return batch_link(Batch.objects.using(job._state.db).get(id=job.batch_id))
+
+    @admin.display(description=gettext_lazy("rerun of"))
+    def rerun_of_link(self, job: Job) -> SafeString | str:
+        """The job an operator copied this one from (it may have been pruned since)."""
+        if job.rerun_of is None:
+            return EMPTY
+        return self._job_links(Job.objects.filter(id=job.rerun_of)) or str(job.rerun_of)
+
+    @admin.display(description=gettext_lazy("reruns"))
+    def reruns(self, job: Job) -> SafeString | str:
+        return self._job_links(Job.objects.filter(rerun_of=job.id).order_by("enqueued_at"))
 
     def _job_links(self, rows: QuerySet[Job]) -> SafeString | str:
         limit = DEPENDENCIES_SHOWN

@@ -18,6 +18,7 @@ from django_jobs.exceptions import (
     NoteRequiredError,
     OperatorRequestError,
     QueueNotFoundError,
+    StaleCountError,
     UnknownVerbError,
 )
 
@@ -29,6 +30,8 @@ STATUS: dict[type[Exception], tuple[int, str | None]] = {
     NoteRequiredError: (status.HTTP_400_BAD_REQUEST, "note"),
     ActorRequiredError: (status.HTTP_400_BAD_REQUEST, "non_field_errors"),
     UnknownVerbError: (status.HTTP_400_BAD_REQUEST, "non_field_errors"),
+    # The filter matches another number of jobs than the operator confirmed.
+    StaleCountError: (status.HTTP_409_CONFLICT, None),
 }
 REFUSED = (InvalidTransitionError, JobNotFoundError, OperatorRequestError)
 

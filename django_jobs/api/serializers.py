@@ -256,6 +256,51 @@ class ActionResultSerializer(serializers.Serializer[Any]):
     transition = serializers.CharField(help_text="Which transition the verb took.")
     state = serializers.ChoiceField(choices=JobState.choices, help_text="The job's state now.")
     status = serializers.ChoiceField(choices=TaskResultStatus.choices)
+    rerun = serializers.UUIDField(
+        allow_null=True, help_text="The new job a rerun enqueued; null for the other verbs."
+    )
+
+
+_EXPECTED_COUNT_HELP = (
+    "How many jobs the filter matched when you looked (a list with the same filters, "
+    "or a previous 409's `matched`). If it matches another number now, nothing changes "
+    "and the answer is 409."
+)
+
+
+class BulkActionSerializer(ActionSerializer):
+    expected_count = serializers.IntegerField(min_value=0, help_text=_EXPECTED_COUNT_HELP)
+
+
+class BulkNoteRequiredActionSerializer(NoteRequiredActionSerializer):
+    expected_count = serializers.IntegerField(min_value=0, help_text=_EXPECTED_COUNT_HELP)
+
+
+def bulk_action_serializer(verb: Verb) -> type[serializers.Serializer[Any]]:
+    """A bulk verb's body: the confirmed count, and a ``note`` as the single verb takes it."""
+    return BulkNoteRequiredActionSerializer if verb.needs_note else BulkActionSerializer
+
+
+class BulkResultSerializer(serializers.Serializer[Any]):
+    verb = serializers.CharField()
+    matched = serializers.IntegerField(help_text="Jobs the filter matched (you may act on).")
+    applicable = serializers.IntegerField(
+        help_text="Of them, in a state the verb applies to when it started."
+    )
+    changed = serializers.IntegerField(help_text="Jobs the verb changed.")
+    skipped = serializers.IntegerField(
+        help_text="Matched and left as they were: the verb does not apply, or they moved first."
+    )
+    reruns = serializers.DictField(
+        child=serializers.UUIDField(),
+        help_text="For rerun: each original job's id, and the new job's id.",
+    )
+
+
+class StaleCountSerializer(serializers.Serializer[Any]):
+    detail = serializers.CharField()
+    matched = serializers.IntegerField(help_text="Jobs the filter matches now.")
+    expected = serializers.IntegerField(help_text="The expected_count you sent.")
 
 
 class ErrorSerializer(serializers.Serializer[Any]):

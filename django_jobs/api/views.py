@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 
 from django_jobs import control
 from django_jobs.backend import jobs_backend
+from django_jobs.exceptions import StaleCountError
 from django_jobs.models import (
     Attempt,
     Batch,
@@ -36,7 +37,7 @@ from django_jobs.models import (
     leases_held,
     paused_queues,
 )
-from django_jobs.states import TRANSITIONS, JobState, django_status
+from django_jobs.states import JobState, django_status
 from django_jobs.statistics import queue_stats
 from django_jobs.verbs import VERBS, Verb
 
@@ -48,14 +49,17 @@ from .permissions import Action, AuthorityPermission
 from .serializers import (
     ActionResultSerializer,
     BatchSerializer,
+    BulkResultSerializer,
     ErrorSerializer,
     JobDetailSerializer,
     JobSerializer,
     QueueActionSerializer,
     QueueStateSerializer,
     QueueStatsSerializer,
+    StaleCountSerializer,
     WorkerSerializer,
     action_serializer,
+    bulk_action_serializer,
 )
 
 UUID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -115,10 +119,53 @@ def _verb_view(verb: Verb) -> Any:
     )(routed)
 
 
+BULK_PREFIX = "bulk_"
+
+
+def _bulk_view(verb: Verb) -> Any:
+    """``POST bulk/<verb>/?<the list's filters>``: the verb on every job the filter matches."""
+
+    def act(self: JobViewSet, request: Request) -> Response:
+        return self.apply_verb_to_filter(verb, request)
+
+    act.__name__ = act.__qualname__ = f"{BULK_PREFIX}{verb.name}"
+    routed = action(
+        detail=False,
+        methods=["post"],
+        url_path=f"bulk/{verb.name}",
+        url_name=f"bulk-{verb.name}",
+        schema=AutoSchema(),
+    )(act)
+    return extend_schema(
+        operation_id=f"jobs_bulk_{verb.name}",
+        tags=["jobs"],
+        summary=format_lazy("{} every job a filter matches", verb.label),
+        description=format_lazy(
+            "{} Takes the job list's filters as query parameters and acts on every job "
+            "they match that you may {}, in batches, each job a compare-and-set: one "
+            "that no longer allows it is skipped. `expected_count` must be the number "
+            "the filter matches, or nothing changes (409).",
+            verb.description,
+            verb.name,
+        ),
+        request=bulk_action_serializer(verb),
+        responses={
+            200: BulkResultSerializer,
+            400: _BAD_INPUT,
+            403: _DENIED,
+            409: OpenApiResponse(
+                StaleCountSerializer,
+                description="The filter matches another number of jobs than expected_count.",
+            ),
+        },
+    )(routed)
+
+
 def with_verb_actions[ViewSet: type](cls: ViewSet) -> ViewSet:
-    """Give the view set one action per verb of ``VERBS``, where DRF's router finds it."""
+    """Give the view set two actions per verb of ``VERBS`` (one job, and a filter's jobs)."""
     for verb in VERBS.values():
         setattr(cls, verb.name, _verb_view(verb))
+        setattr(cls, f"{BULK_PREFIX}{verb.name}", _bulk_view(verb))
     return cls
 
 
@@ -157,15 +204,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return super().retrieve(request, *args, **kwargs)
 
     @property
+    def verb(self) -> Verb | None:
+        """The verb this request applies, to one job or to a filter's jobs."""
+        return VERBS.get(str(self.action).removeprefix(BULK_PREFIX))
+
+    @property
     def authority_action(self) -> str:
         """The verb this request applies, by name; reading otherwise."""
-        return self.action if self.action in VERBS else Action.VIEW
+        return self.verb.name if self.verb is not None else Action.VIEW
 
     def get_serializer_class(self) -> Any:
         if self.action == "retrieve":
             return JobDetailSerializer
-        if self.action in VERBS:
-            return action_serializer(VERBS[self.action])
+        if self.verb is not None:
+            if str(self.action).startswith(BULK_PREFIX):
+                return bulk_action_serializer(self.verb)
+            return action_serializer(self.verb)
         return JobSerializer
 
     def get_queryset(self) -> QuerySet[Job]:
@@ -181,9 +235,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def filter_queryset(self, queryset: QuerySet[Job, Any]) -> QuerySet[Job, Any]:
         # Filters and ordering belong to the list; DRF would also apply them
         # to the detail lookup, turning ?state=... on a job's URL into a 404.
-        if self.action != "list":
-            return queryset
-        return super().filter_queryset(queryset)
+        # A bulk verb takes the list's filters (not its ordering: it walks by id).
+        if self.action == "list":
+            return super().filter_queryset(queryset)
+        if str(self.action).startswith(BULK_PREFIX):
+            for backend in (KnownParametersFilter, JobFilterBackend):
+                queryset = backend().filter_queryset(self.request, queryset, self)
+        return queryset
 
     def apply_verb(self, verb: Verb, request: Request) -> Response:
         """Find the job in the user's scope (else 404), check the verb (else 403), apply it."""
@@ -200,20 +258,51 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         serializer.is_valid(raise_exception=True)
         note: str = serializer.validated_data["note"]
         try:
-            transition = control.apply(
+            done = control.perform(
                 verb.name, job, actor=request.user, note=note, backend=settings.backend
             )
         except refusals.REFUSED as exc:
             return refusals.answer(exc)
-        state = TRANSITIONS[transition].target
         body = {
             "id": job.id,
             "verb": verb.name,
-            "transition": transition.value,
-            "state": state.value,
-            "status": str(django_status(state)),
+            "transition": done.transition.value,
+            "state": done.to_state.value,
+            "status": str(django_status(done.to_state)),
+            "rerun": done.rerun,
         }
         return Response(ActionResultSerializer(body).data)
+
+    def apply_verb_to_filter(self, verb: Verb, request: Request) -> Response:
+        """The verb on every job of the filter the user may apply it to, once the count agrees."""
+        settings = api_settings()
+        scope = settings.authority.filter_jobs(request, verb.name, _jobs())
+        jobs = self.filter_queryset(scope)
+        serializer = bulk_action_serializer(verb)(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            result = control.apply_matching(
+                verb.name,
+                jobs,
+                actor=request.user,
+                note=serializer.validated_data["note"],
+                expected=serializer.validated_data["expected_count"],
+                backend=settings.backend,
+            )
+        except StaleCountError as exc:
+            body = {"detail": str(exc), "matched": exc.matched, "expected": exc.expected}
+            return Response(StaleCountSerializer(body).data, status=409)
+        except refusals.REFUSED as exc:
+            return refusals.answer(exc)
+        data = {
+            "verb": verb.name,
+            "matched": result.matched,
+            "applicable": result.applicable,
+            "changed": len(result.changed),
+            "skipped": result.skipped,
+            "reruns": {str(k): v for k, v in result.reruns.items()},
+        }
+        return Response(BulkResultSerializer(data).data)
 
 
 class QueueStatsView(APIView):

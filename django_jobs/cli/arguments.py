@@ -20,6 +20,16 @@ def positive_int(value: str) -> int:
     return number
 
 
+def non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"{value!r} is not a whole number.") from None
+    if number < 0:
+        raise ArgumentTypeError(f"{value} must not be negative.")
+    return number
+
+
 def finite_float(value: str) -> float:
     try:
         number = float(value)

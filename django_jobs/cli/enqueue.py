@@ -144,10 +144,14 @@ def enqueue(command: BaseCommand, backend: JobsBackend, options: dict[str, Any])
         result = task.using(**using).enqueue(*args, **kwargs)
     except InvalidTask as exc:  # every refusal of enqueue, ours and Django's
         raise CommandError(f"Enqueue refused, nothing written: {exc}") from None
-    if options["quiet"]:
+    if options["quiet"] and not options["json"]:
         command.stdout.write(str(result.id))
         return
     job = Job.objects.using(backend.db).only("state", "queue", "run_after").get(id=result.id)
+    if options["json"]:
+        document = {"id": job.id, "state": job.state, "queue": job.queue}
+        command.stdout.write(render.document({**document, "run_after": job.run_after}))
+        return
     command.stdout.write(
         f"{result.id}  {job.state} on {job.queue}, runs after {render.when(job.run_after)}"
         + _OUTCOMES.get(result.enqueue_outcome or EnqueueOutcome.CREATED, "")

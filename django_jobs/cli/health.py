@@ -7,7 +7,6 @@ and docs/operations.md#health. ``--json`` prints the whole report instead.
 
 from __future__ import annotations
 
-import json
 import socket
 from typing import Any
 
@@ -16,6 +15,7 @@ from django.core.management.base import BaseCommand
 from django_jobs.backend import JobsBackend
 from django_jobs.health import Status, check_health
 
+from . import render
 from .arguments import positive_float, positive_int
 from .base import AddSubcommand
 
@@ -49,7 +49,6 @@ def add_health(add: AddSubcommand) -> None:
         default=None,
         help="Check the workers registered by this host name (default: this host's).",
     )
-    sub.add_argument("--json", action="store_true", help="Print the whole report as JSON.")
 
 
 def health(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -> None:
@@ -57,7 +56,7 @@ def health(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) 
     report = check_health(backend, host, options["max_age"], options["max_depth"])
     if options["json"]:
         command.stdout.write(
-            json.dumps({**report.as_dict(), "host": host, "backend": backend.alias}, indent=2)
+            render.document({**report.as_dict(), "host": host, "backend": backend.alias})
         )
     else:
         command.stdout.write(report.reason)

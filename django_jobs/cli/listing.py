@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from django_jobs.backend import JobsBackend
@@ -20,8 +21,8 @@ LIST_LIMIT = 50
 TASK_WIDTH = 48
 
 
-def add_list(add: AddSubcommand) -> None:
-    sub = add("list", "List jobs, newest first, as a compact table.", list_jobs)
+def add_filters(sub: CommandParser) -> None:
+    """The filters of ``jobs list``, which the job verbs take too."""
     sub.add_argument(
         "--state",
         action="append",
@@ -31,6 +32,28 @@ def add_list(add: AddSubcommand) -> None:
     sub.add_argument("--queue", help="Only jobs of this queue.")
     sub.add_argument("--task", help="Only jobs of this task (its full dotted path).")
     sub.add_argument("--tenant", help="Only jobs of this tenant.")
+
+
+FILTERS = ("state", "queue", "task", "tenant")
+
+
+def has_filter(options: dict[str, Any]) -> bool:
+    return any(options[name] for name in FILTERS)
+
+
+def filtered(jobs: QuerySet[Job], options: dict[str, Any]) -> QuerySet[Job]:
+    """``jobs`` narrowed by the filter options given."""
+    if options["state"]:
+        jobs = jobs.filter(state__in=options["state"])
+    for name, column in (("queue", "queue"), ("task", "task_name"), ("tenant", "tenant")):
+        if options[name] is not None:
+            jobs = jobs.filter(**{column: options[name]})
+    return jobs
+
+
+def add_list(add: AddSubcommand) -> None:
+    sub = add("list", "List jobs, newest first, as a compact table.", list_jobs)
+    add_filters(sub)
     sub.add_argument(
         "--limit",
         type=positive_int,
@@ -44,12 +67,7 @@ def add_stats(add: AddSubcommand) -> None:
 
 
 def list_jobs(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -> None:
-    jobs = Job.objects.using(backend.db).order_by("-enqueued_at", "id")
-    if options["state"]:
-        jobs = jobs.filter(state__in=options["state"])
-    for name, column in (("queue", "queue"), ("task", "task_name"), ("tenant", "tenant")):
-        if options[name] is not None:
-            jobs = jobs.filter(**{column: options[name]})
+    jobs = filtered(Job.objects.using(backend.db).order_by("-enqueued_at", "id"), options)
     limit: int = options["limit"]
     # One more than shown, to say whether there are more without a count(*).
     rows = list(
@@ -63,8 +81,22 @@ def list_jobs(command: BaseCommand, backend: JobsBackend, options: dict[str, Any
             "task_name",
             "tenant",
             "enqueued_at",
+            "run_after",
         )[: limit + 1]
     )
+    if options["json"]:
+        fields = ("id", "state", "queue", "priority", "attempts", "max_attempts", "tenant")
+        listed = [
+            {
+                **{name: getattr(job, name) for name in fields},
+                "task": job.task_name,
+                "enqueued_at": job.enqueued_at,
+                "run_after": job.run_after,
+            }
+            for job in rows[:limit]
+        ]
+        command.stdout.write(render.document({"jobs": listed, "more": len(rows) > limit}))
+        return
     if not rows:
         command.stdout.write("No jobs match.")
         return
@@ -96,6 +128,32 @@ def stats(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -
     queues = queue_stats(Job.objects.using(backend.db), backend.queues, now)
     states = list(JobState.values)
     paused = paused_queues(backend.db)
+    workers = worker_stats(backend.db, now, backend.settings.WORKER_STALE_SECONDS)
+    running = sum(q.running for q in queues)
+    if options["json"]:
+        command.stdout.write(
+            render.document(
+                {
+                    "queues": [
+                        {
+                            "queue": q.queue,
+                            "depth": {s: q.by_state[s] for s in states},
+                            "scheduled": q.scheduled,
+                            "oldest_ready_age": None
+                            if (waited := q.waited(now)) is None
+                            else max(0.0, waited.total_seconds()),
+                            "succeeded_last_hour": q.succeeded["1h"],
+                            "failed_last_hour": q.failed["1h"],
+                            "paused": q.queue in paused,
+                        }
+                        for q in queues
+                    ],
+                    "running": running,
+                    "workers": {"live": workers.live, "stale": workers.stale},
+                }
+            )
+        )
+        return
     command.stdout.write(
         render.table(
             (
@@ -121,8 +179,6 @@ def stats(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -
             ),
         )
     )
-    workers = worker_stats(backend.db, now, backend.settings.WORKER_STALE_SECONDS)
-    running = sum(q.running for q in queues)
     command.stdout.write(
         f"\n{running} job(s) running or cancelling; workers: {workers.live} live, "
         f"{workers.stale} stale (no heartbeat for "

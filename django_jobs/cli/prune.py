@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -53,6 +54,9 @@ def prune(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -
         dry_run=options["dry_run"],
         keep_retry_windows=keep_windows,
     )
+    if options["json"]:
+        command.stdout.write(render.document(dataclasses.asdict(result)))
+        return
     by_state = ", ".join(f"{s} {n}" for s, n in sorted(result.jobs_by_state.items()))
     verb = "Would delete" if result.dry_run else "Deleted"
     held = "" if options["include_held"] else " (exhausted and quarantined kept)"

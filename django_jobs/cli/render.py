@@ -1,6 +1,7 @@
 """Plain-text output for terminals and logs: aligned tables, ages, timestamps.
 
 No colour and no box drawing, so the output pastes into a ticket and greps well.
+With ``--json`` a subcommand prints one JSON document instead (``document``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 
@@ -61,3 +63,8 @@ def one_line(text: str, limit: int) -> str:
     """The first line of ``text``, cut to ``limit`` characters."""
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def document(value: Any) -> str:
+    """The one JSON document a subcommand prints under ``--json``: times in ISO 8601, UTC."""
+    return json.dumps(value, cls=DjangoJSONEncoder, indent=2, sort_keys=True, ensure_ascii=False)

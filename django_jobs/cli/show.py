@@ -28,6 +28,9 @@ def show(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) ->
     job = Job.objects.using(db).filter(id=job_id).first()
     if job is None:
         raise CommandError(f"No job with id {job_id} in database {db!r}.")
+    if options["json"]:
+        command.stdout.write(render.document(_document(db, job)))
+        return
     full: bool = options["full"]
     fields: list[tuple[str, str]] = [
         (
@@ -44,6 +47,7 @@ def show(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) ->
         ("idempotency key", job.idempotency_key or "-"),
         ("unique key", job.unique_key or "-"),
         ("concurrency key", job.concurrency_key or "-"),
+        ("rerun of", str(job.rerun_of) if job.rerun_of else "-"),
         ("timeout", f"{job.timeout:g}s" if job.timeout is not None else "-"),
         ("enqueued", render.when(job.enqueued_at)),
         ("run after", render.when(job.run_after)),
@@ -76,6 +80,51 @@ def show(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) ->
         command.stdout.write(f"  {name.ljust(width)}  {value}")
     _show_attempts(command, db, job, full)
     _show_events(command, db, job)
+
+
+# The job's own columns in ``show --json``: all but the stored trace context.
+_JOB_FIELDS = tuple(
+    f.attname for f in Job._meta.concrete_fields if f.attname not in ("trace_context",)
+)
+
+
+def _document(db: str, job: Job) -> dict[str, Any]:
+    """The whole job, attempts and audit events, for ``show --json``: nothing cut."""
+    attempts = Attempt.objects.using(db).filter(job=job).order_by("number")
+    events = JobEvent.objects.using(db).filter(job=job).order_by("at", "id")
+    return {
+        **{name: getattr(job, name) for name in _JOB_FIELDS},
+        "waits_for": [
+            {"id": other, "state": state}
+            for other, state in dependencies.waits_for(job).values_list("id", "state")
+        ],
+        "attempts": [
+            {
+                "number": a.number,
+                "outcome": a.outcome,
+                "worker_id": a.worker_id,
+                "worker_name": a.worker_name,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "error_type": a.error_type,
+                "error_message": a.error_message,
+                "traceback": a.traceback,
+                "late_report": a.late_report,
+            }
+            for a in attempts
+        ],
+        "events": [
+            {
+                "at": e.at,
+                "transition": e.transition,
+                "from_state": e.from_state,
+                "to_state": e.to_state,
+                "actor": e.actor,
+                "note": e.note,
+            }
+            for e in events
+        ],
+    }
 
 
 def _show_attempts(command: BaseCommand, db: str, job: Job, full: bool) -> None:

@@ -40,11 +40,20 @@ from django.utils import timezone
 
 from ..bulk import Call
 from ..conf import JobsOptions
+from ..exceptions import InvalidTransitionError, JobNotFoundError
 from ..fairness import Head
 from ..models import Job
-from ..states import Transition
 from ..unique import EnqueueOutcome, UniqueRule
-from ..values import Claimed, Finished, Progress, Renewed, Report, StepWrite, WorkerIdentity
+from ..values import (
+    Claimed,
+    Finished,
+    Operated,
+    Progress,
+    Renewed,
+    Report,
+    StepWrite,
+    WorkerIdentity,
+)
 from . import completion, due, flow, leases, operator, presence, unique
 
 Held = tuple[uuid.UUID, int]  # (job id, lease token): one attempt this worker runs
@@ -225,9 +234,15 @@ class Engine(ABC):
 
     # -- operators -------------------------------------------------------------
 
-    def operate(self, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -> Transition:
-        """Apply an operator verb to one job; return the transition it took."""
+    def operate(self, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -> Operated:
+        """Apply an operator verb to one job; what it did, or InvalidTransitionError."""
         return operator.operate(self.db, job_id, verb, actor, note)
+
+    def operate_batch(
+        self, job_ids: Sequence[uuid.UUID], verb: str, actor: str, note: str = ""
+    ) -> list[Operated | InvalidTransitionError | JobNotFoundError]:
+        """Apply an operator verb to each job, in one transaction; the refusals are returned."""
+        return operator.operate_batch(self.db, job_ids, verb, actor, note)
 
     def set_queue_paused(self, queue: str, paused: bool, actor: str, note: str = "") -> bool:
         """Pause or resume a queue; whether anything changed."""

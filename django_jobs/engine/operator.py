@@ -1,4 +1,4 @@
-"""Operator verbs on one job, and pausing queues: each audited, each compare-and-set.
+"""Operator verbs on jobs, and pausing queues: each audited, each compare-and-set.
 
 The job row is locked for the decision and the write is still guarded by the
 state it was decided on, so two operators racing cannot both win.
@@ -7,6 +7,7 @@ state it was decided on, so two operators racing cannot both win.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,78 +20,191 @@ from ..exceptions import InvalidTransitionError, JobNotFoundError, LockedRowChan
 from ..models import Dependency, Job, JobEvent, QueueEvent, QueueState
 from ..signals import send_on_commit
 from ..states import JobState, Transition, allowed
-from ..verbs import VERBS
+from ..values import Operated
+from ..verbs import VERBS, Verb
 from . import batches
 from .guards import sources, target
 from .wakeups import wake_on_commit
 
 
-def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -> Transition:
+def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -> Operated:
     """Apply an operator verb to one job, or raise InvalidTransitionError; audit it.
 
     The job row is locked for the decision, and the write is still guarded by
     the state it was decided on, so two operators racing cannot both win.
     """
-    now = timezone.now()
     with transaction.atomic(using=db):
-        job = (
-            Job.objects.using(db)
-            .select_for_update()
-            .only("id", "state", "queue", "attempts", "attempt_budget", "max_attempts", "batch_id")
-            .filter(id=job_id)
-            .first()
+        return _operate(db, job_id, VERBS[verb], actor, note, timezone.now())
+
+
+def operate_batch(
+    db: str, job_ids: Sequence[uuid.UUID], verb: str, actor: str, note: str = ""
+) -> list[Operated | InvalidTransitionError | JobNotFoundError]:
+    """Apply a verb to each job of a batch, in one transaction; a refusal does not stop the rest.
+
+    One commit per batch rather than per job: a filter of a hundred thousand
+    jobs is walked in batches by ``control.apply_matching``, each short enough
+    not to hold locks or the vacuum horizon for long. Rows are locked in id
+    order, so two operators walking overlapping filters cannot deadlock.
+    """
+    now = timezone.now()
+    done: list[Operated | InvalidTransitionError | JobNotFoundError] = []
+    with transaction.atomic(using=db):
+        for job_id in sorted(job_ids):
+            try:
+                done.append(_operate(db, job_id, VERBS[verb], actor, note, now))
+            except (InvalidTransitionError, JobNotFoundError) as exc:
+                # Refused before anything was written: the batch goes on.
+                done.append(exc)
+    return done
+
+
+def _operate(
+    db: str, job_id: uuid.UUID, verb: Verb, actor: str, note: str, now: datetime
+) -> Operated:
+    rows = Job.objects.using(db).select_for_update().filter(id=job_id)
+    if not verb.copies_from:
+        rows = rows.only(
+            "id",
+            "state",
+            "queue",
+            "attempts",
+            "attempt_budget",
+            "max_attempts",
+            "run_after",
+            "batch_id",
         )
-        if job is None:
-            raise JobNotFoundError(f"No job with id {job_id}.")
-        transition = next((t for t in VERBS[verb].transitions if allowed(t, job.state)), None)
-        if transition is None:
-            states = sorted(str(s) for s in VERBS[verb].source_states())
+    job = rows.first()
+    if job is None:
+        raise JobNotFoundError(f"No job with id {job_id}.")
+    if verb.copies_from:
+        if job.state not in verb.copies_from:
+            raise _refusal(verb, job)
+        return _rerun(db, job, actor, note, now)
+    transition = next((t for t in verb.transitions if allowed(t, job.state)), None)
+    if transition is None:
+        raise _refusal(verb, job)
+    changes: dict[str, Any] = {"state": target(transition), "updated_at": now}
+    if transition is Transition.CANCEL:
+        changes.update(cancel_requested_at=now, finished_at=now)
+    elif transition is Transition.REQUEST_CANCEL:
+        changes["cancel_requested_at"] = now
+    elif transition is Transition.RETRY:
+        # The operator decided it should run now: its old deadline no longer holds.
+        # Nor does waiting for other jobs, for one cancelled while it waited.
+        changes.update(
+            max_attempts=job.attempts + job.attempt_budget,
+            run_after=now,
+            finished_at=None,
+            cancel_requested_at=None,
+            expires_at=None,
+            waiting_on=0,
+        )
+    elif transition is Transition.RELEASE:
+        # Queued again: nothing of the finished job it was may stay on the row.
+        changes.update(
+            run_after=now,
+            max_attempts=max(job.max_attempts, job.attempts + 1),
+            expires_at=None,
+            finished_at=None,
+            cancel_requested_at=None,
+        )
+    elif transition is Transition.QUARANTINE:
+        # Held is finished (not live); one that had finished keeps when it did.
+        changes["finished_at"] = Coalesce(F("finished_at"), Value(now))
+    elif transition is Transition.DISCARD:
+        changes["finished_at"] = now
+    elif transition is Transition.RUN_NOW:
+        if job.run_after <= now:
             raise InvalidTransitionError(
-                f"Cannot {verb} job {job_id}: it is {job.state}; {verb} applies only to "
-                f"jobs that are {', '.join(states)}."
+                f"Cannot {verb.name} job {job_id}: it is {job.state} and already due "
+                f"(run_after {job.run_after.isoformat()}); {verb.name} applies only to "
+                "queued jobs scheduled for later."
             )
-        changes: dict[str, Any] = {"state": target(transition), "updated_at": now}
-        if transition is Transition.CANCEL:
-            changes.update(cancel_requested_at=now, finished_at=now)
-        elif transition is Transition.REQUEST_CANCEL:
-            changes["cancel_requested_at"] = now
-        elif transition is Transition.RETRY:
-            # The operator decided it should run now: its old deadline no longer holds.
-            # Nor does waiting for other jobs, for one cancelled while it waited.
-            changes.update(
-                max_attempts=job.attempts + job.attempt_budget,
-                run_after=now,
-                finished_at=None,
-                cancel_requested_at=None,
-                expires_at=None,
-                waiting_on=0,
-            )
-        elif transition is Transition.RELEASE:
-            # Queued again: nothing of the finished job it was may stay on the row.
-            changes.update(
-                run_after=now,
-                max_attempts=max(job.max_attempts, job.attempts + 1),
-                expires_at=None,
-                finished_at=None,
-                cancel_requested_at=None,
-            )
-        elif transition is Transition.QUARANTINE:
-            # Held is finished (not live); one that had finished keeps when it did.
-            changes["finished_at"] = Coalesce(F("finished_at"), Value(now))
-        elif transition is Transition.DISCARD:
-            changes["finished_at"] = now
-        moved = Job.objects.using(db).filter(id=job_id, state=job.state).update(**changes)
-        if moved != 1:
-            raise LockedRowChangedError(f"job {job_id} is locked, yet left {job.state}")
-        audit(db, job_id, transition, job.state, actor, note, now)
-        moves: list[batches.Move] = [(job.batch_id, job.state, target(transition))]
-        if transition is Transition.DISCARD:
-            moves += cancel_dependents(db, job_id, actor, now)
-        batches.moved(db, moves)
-        if target(transition) == JobState.QUEUED:
-            wake_on_commit(db, job.queue)
-        send_on_commit(db, job_id, transition, job.state, target(transition), actor, note)
-    return transition
+        # Its deadline stays: run_now moves the start, not the promise.
+        changes["run_after"] = now
+    moved = Job.objects.using(db).filter(id=job_id, state=job.state).update(**changes)
+    if moved != 1:
+        raise LockedRowChangedError(f"job {job_id} is locked, yet left {job.state}")
+    audit(db, job_id, transition, job.state, actor, note, now)
+    moves: list[batches.Move] = [(job.batch_id, job.state, target(transition))]
+    if transition is Transition.DISCARD:
+        moves += cancel_dependents(db, job_id, actor, now)
+    batches.moved(db, moves)
+    if target(transition) == JobState.QUEUED:
+        wake_on_commit(db, job.queue)
+    send_on_commit(db, job_id, transition, job.state, target(transition), actor, note)
+    return Operated(job_id, transition, JobState(job.state), JobState(target(transition)))
+
+
+def _refusal(verb: Verb, job: Job) -> InvalidTransitionError:
+    states = sorted(str(s) for s in verb.source_states())
+    return InvalidTransitionError(
+        f"Cannot {verb.name} job {job.id}: it is {job.state}; {verb.name} applies only to "
+        f"jobs that are {', '.join(states)}."
+    )
+
+
+# What a rerun copies: the work and where and for whom it runs. Not the
+# idempotency key (the copy is meant to be a second job), nor the deadline
+# or the dependencies (the operator wants it to run now), nor anything the
+# original's attempts wrote.
+_RERUN_COPIES = (
+    "backend",
+    "task_name",
+    "task_version",
+    "args",
+    "kwargs",
+    "queue",
+    "priority",
+    "tenant",
+    "concurrency_key",
+    "timeout",
+    "attempt_budget",
+)
+
+
+def _rerun(db: str, original: Job, actor: str, note: str, now: datetime) -> Operated:
+    """A new queued job copied from ``original``; an event on each names the other."""
+    copy = Job(
+        id=uuid.uuid4(),
+        **{name: getattr(original, name) for name in _RERUN_COPIES},
+        initiator=actor[:255],
+        dedup_scope=original.dedup_scope,
+        max_attempts=original.attempt_budget,
+        run_after=now,
+        enqueued_at=now,
+        updated_at=now,
+        rerun_of=original.id,
+    )
+    copy.save(using=db, force_insert=True)
+    why = f": {note}" if note else ""
+    state = JobState(original.state)
+    JobEvent.objects.using(db).bulk_create(
+        [
+            JobEvent(
+                job_id=original.id,
+                at=now,
+                transition=Transition.RERUN,
+                from_state=state,
+                to_state=state,
+                actor=actor[:255],
+                note=f"rerun as job {copy.id}{why}",
+            ),
+            JobEvent(
+                job_id=copy.id,
+                at=now,
+                transition=Transition.RERUN,
+                from_state=JobState.QUEUED,
+                to_state=JobState.QUEUED,
+                actor=actor[:255],
+                note=f"rerun of job {original.id}{why}",
+            ),
+        ]
+    )
+    wake_on_commit(db, copy.queue)
+    send_on_commit(db, original.id, Transition.RERUN, state, state, actor, note)
+    return Operated(original.id, Transition.RERUN, state, state, rerun=copy.id)
 
 
 def cancel_dependents(

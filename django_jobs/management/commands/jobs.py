@@ -46,6 +46,11 @@ class Command(BaseCommand):
                 default="default",
                 help="TASKS alias whose database and options to use (default: default).",
             )
+            sub.add_argument(
+                "--json",
+                action="store_true",
+                help="Print one JSON document instead of text (docs/cli.md shows each).",
+            )
             # argparse's own way to say which function runs the chosen subcommand.
             sub.set_defaults(handler=handler)
             return sub
