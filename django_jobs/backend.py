@@ -156,10 +156,11 @@ class JobsBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task[P, T], args: Any, kwargs: Any) -> JobResult[P, T]:
         self._check_task(task)  # first: it also says if the app is not installed
-        from .batches import member_of
         from .dependencies import dependency_ids
-        from .enqueue import accept, new_job
+        from .enqueue import accept
+        from .membership import member_of
         from .results import build
+        from .rows import new_job
 
         encoded = check_arguments(list(args), dict(kwargs), self.settings.MAX_PAYLOAD_BYTES)
         job = new_job(args=encoded.args, kwargs=encoded.kwargs, **self._job_template(task))
@@ -195,11 +196,12 @@ class JobsBackend(BaseTaskBackend):
         ``after=`` applies to every job of the batch (a fan-out).
         """
         self._check_task(task)  # first: it also says if the app is not installed
-        from .batches import member_of
         from .bulk import new_ids
         from .dependencies import dependency_ids, wait_for
-        from .enqueue import accept_many, new_job
+        from .enqueue import accept_many
+        from .membership import member_of
         from .results import JobResult, build, result_fields
+        from .rows import new_job
 
         if isinstance(task, JobTask) and task.idempotency_key is not None:
             raise InvalidJobOptionError(

@@ -37,7 +37,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,14 +46,11 @@ from django.utils import timezone
 from .backend import JobsBackend, jobs_backend
 from .exceptions import BatchError
 from .framework import Task
+from .membership import open_batch
 from .payload import check_arguments
 
 if TYPE_CHECKING:
-    import uuid
-
     from .models import Batch
-
-_open: ContextVar[Batch | None] = ContextVar("django_jobs_open_batch", default=None)
 
 # Options a callback cannot take: they belong to one enqueue, not to "later, once".
 _REFUSED_OPTIONS = ("run_after", "expires_at", "idempotency_key", "after")
@@ -99,7 +95,7 @@ def batch(
     from .states import BatchState
 
     jobs = jobs_backend(backend)
-    outer = _open.get()
+    outer = open_batch.get()
     if outer is not None:
         raise BatchError(
             f"Batches do not nest: this block is already inside batch {outer.id}. "
@@ -120,40 +116,12 @@ def batch(
             created_at=timezone.now(),
             **stored,
         )
-        token = _open.set(opened)
+        token = open_batch.set(opened)
         try:
             yield opened
         finally:
-            _open.reset(token)
+            open_batch.reset(token)
         seal(db, opened)
-
-
-def member_of(backend: JobsBackend) -> uuid.UUID | None:
-    """The batch a job enqueued now on ``backend`` joins, if a ``batch()`` block is open.
-
-    Refuses, before anything is written, a job the batch could not count: one
-    in another database, or one whose insert would wait for another
-    database's commit (and so land after the batch was sealed).
-    """
-    from .enqueue import open_transactions_elsewhere
-
-    opened = _open.get()
-    if opened is None:
-        return None
-    if backend.db != opened._state.db:
-        raise BatchError(
-            f"Backend {backend.alias!r} keeps its jobs in database {backend.db!r}, and "
-            f"batch {opened.id} is in {opened._state.db!r}: a batch's members share its "
-            "database. Nothing was enqueued."
-        )
-    elsewhere = open_transactions_elsewhere(backend.db)
-    if elsewhere:
-        raise BatchError(
-            f"A transaction of database {elsewhere[0]!r} is open, so this job would be "
-            f"written only after it commits, after batch {opened.id} is sealed. Open the "
-            "batch outside that transaction. Nothing was enqueued."
-        )
-    return opened.id
 
 
 def _stored(

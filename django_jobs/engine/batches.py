@@ -172,7 +172,7 @@ def _enqueue_callback(
     the guards above ever wrong, would fail this transaction instead of
     running the callback twice.
     """
-    from ..enqueue import new_job
+    from ..rows import new_job
 
     stored: dict[str, Any] = getattr(batch, kind)
     kwargs = to_json({**from_json(stored["kwargs"], "kwargs"), "batch": summary}, "kwargs")
