@@ -333,10 +333,12 @@ FROM job
 
 # One completed step of a running attempt (context.step): written only while
 # this worker holds the job's lease under the attempt's token. The job row is
-# locked FOR SHARE, so a reaper, a release or a completion ending the lease
-# (which lock or update the row) either goes before us — and we find no
-# lease: stale — or waits until the step is committed, and the next attempt
-# sees it. ON CONFLICT keeps an existing record of the name as it is.
+# locked FOR KEY SHARE, so a reaper, a release or a failure's completion
+# ending the lease (all of which lock the row FOR UPDATE first) either goes
+# before us — and we find no lease: stale — or waits until the step is
+# committed, and the next attempt sees it. (A success is reported only after
+# the task returned, its steps committed; an operator's cancel need not wait.)
+# ON CONFLICT keeps an existing record of the name as it is.
 RECORD_STEP = f"""
 WITH holder AS (
     SELECT job.id AS job_id
@@ -345,7 +347,7 @@ WITH holder AS (
       AND job.attempts = %(token)s
       AND job.leased_by = %(worker_id)s
       AND job.state IN ({_states(Transition.COMPLETE)})
-    FOR SHARE OF job
+    FOR KEY SHARE OF job
 ), recorded AS (
     INSERT INTO django_jobs_step (job_id, name, attempt, result, recorded_at)
     SELECT job_id, %(name)s, %(token)s, %(result)s, statement_timestamp()
