@@ -31,7 +31,7 @@ def fill(queue: str, backlog: int) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE django_jobs_job, django_jobs_attempt, django_jobs_lease, "
+            "TRUNCATE django_jobs_job, django_jobs_attempt, "
             "django_jobs_worker, django_jobs_fairclock CASCADE"
         )
         cursor.execute("ANALYZE")

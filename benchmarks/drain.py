@@ -56,7 +56,7 @@ def queue_jobs(count: int) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE django_jobs_job, django_jobs_attempt, django_jobs_lease, "
+            "TRUNCATE django_jobs_job, django_jobs_attempt, "
             "django_jobs_jobevent, django_jobs_worker, django_jobs_retrywindow CASCADE"
         )
     with transaction.atomic():

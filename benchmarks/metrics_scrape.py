@@ -38,7 +38,7 @@ def fill(live: int) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE django_jobs_job, django_jobs_attempt, django_jobs_lease, "
+            "TRUNCATE django_jobs_job, django_jobs_attempt, "
             "django_jobs_jobevent, django_jobs_worker CASCADE"
         )
     with transaction.atomic():

@@ -52,7 +52,7 @@ def main() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE django_jobs_job, django_jobs_attempt, django_jobs_lease, "
+            "TRUNCATE django_jobs_job, django_jobs_attempt, "
             "django_jobs_step, django_jobs_worker CASCADE"
         )
         cursor.execute("SELECT pg_backend_pid()")

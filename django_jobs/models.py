@@ -1,10 +1,10 @@
-"""Jobs, their attempts, the lease of the running attempt, and the workers.
+"""Jobs (each running one carrying its lease), their attempts, and the workers.
 
-Rows here are written only by ``transitions.py`` (and the insert in
-``enqueue.py``): read them freely, never ``save()`` a state change yourself.
-The indexes below are shaped after the queries that run hot: the claim reads
-``queued`` jobs of some queues by priority then age, the reaper reads expired
-leases, and workers renew their own leases.
+Rows here are written only by the engine (and the insert in ``enqueue.py``):
+read them freely, never ``save()`` a state change yourself. The indexes below
+are shaped after the queries that run hot: the claim reads ``queued`` jobs of
+some queues by priority then age, the reaper reads the running jobs by their
+holder, and a worker's heartbeat reads its own.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.db import models
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
-from .states import AttemptOutcome, BatchState, JobState
+from .states import LEASED_STATES, AttemptOutcome, BatchState, JobState
 from .verbs import VERBS
 
 
@@ -58,6 +58,20 @@ class Job(models.Model):
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     attempts = models.PositiveIntegerField(
         default=0, help_text="Attempts started; the current one's number is the lease token."
+    )
+    # The lease of the running attempt, on the row itself: written by the
+    # claim's update and cleared by the update that ends the attempt, so a
+    # lease costs no row, index entry or write of its own. It lives as long
+    # as the holder's heartbeat (Worker.heartbeat_at), and at least
+    # LEASE_SECONDS from leased_at (engine/leases.py).
+    leased_by = models.UUIDField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The worker whose attempt holds the lease; empty when not running.",
+    )
+    leased_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the current lease was taken."
     )
     max_attempts = models.PositiveIntegerField(help_text="Attempt numbers above this exhaust.")
     attempt_budget = models.PositiveIntegerField(
@@ -122,6 +136,14 @@ class Job(models.Model):
                 fields=["state", "queue"],
                 condition=Q(state__in=[JobState.RUNNING, JobState.CANCELLING]),
                 name="django_jobs_leased_idx",
+            ),
+            # Leases by holder: a heartbeat's read of its worker's jobs, a
+            # dead worker's release, and the reaper, which reads every lease
+            # (the running jobs, never the backlog) against its holder's row.
+            models.Index(
+                fields=["leased_by"],
+                condition=Q(state__in=[JobState.RUNNING, JobState.CANCELLING]),
+                name="django_jobs_holder_idx",
             ),
             # Pruning by age. Partial: a job gets no entry until it finishes, so
             # the claim's update of every job skips this index.
@@ -361,51 +383,16 @@ class Dependency(models.Model):
         return f"{self.job_id} after {self.depends_on_id}"
 
 
-class Lease(models.Model):
-    """The right of one attempt to run one job until ``expires_at``.
-
-    ``token`` is the attempt number: only the holder of the current token may
-    complete, fail or report progress. The row is deleted when the attempt
-    ends, so this table only ever holds running work.
-
-    No foreign-key constraints in the database: a lease is written and
-    deleted only by the claim and finish statements, together with its job
-    and attempt, and checking the two references cost two lookups per job
-    claimed. Django still cascades deletes.
-    """
-
-    job = models.OneToOneField(
-        Job, on_delete=models.CASCADE, primary_key=True, related_name="lease", db_constraint=False
-    )
-    attempt = models.OneToOneField(
-        Attempt, on_delete=models.CASCADE, related_name="lease", db_constraint=False
-    )
-    token = models.PositiveIntegerField()
-    worker_id = models.UUIDField()
-    acquired_at = models.DateTimeField()
-    renewed_at = models.DateTimeField()
-    expires_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [
-            models.Index(fields=["expires_at"], name="django_jobs_lease_expiry_idx"),
-            models.Index(fields=["worker_id"], name="django_jobs_lease_worker_idx"),
-        ]
-
-    def __str__(self) -> str:
-        return f"lease {self.token} on {self.job_id} until {self.expires_at:%H:%M:%S}"
-
-
 def leases_held(db: str = "default") -> Coalesce:
     """An annotation for Worker querysets: the leases (running jobs) each worker holds.
 
     A correlated count, so a worker list costs one query whatever its length.
     """
     held = (
-        Lease.objects.using(db)
-        .filter(worker_id=OuterRef("pk"))
+        Job.objects.using(db)
+        .filter(leased_by=OuterRef("pk"), state__in=sorted(LEASED_STATES))
         .order_by()
-        .values("worker_id")
+        .values("leased_by")
         .annotate(n=Count("pk"))
         .values("n")
     )

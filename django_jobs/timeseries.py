@@ -65,8 +65,8 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Greatest, Trunc
 
-from .models import Attempt, Job, Lease
-from .states import AttemptOutcome, JobState
+from .models import Attempt, Job
+from .states import LEASED_STATES, AttemptOutcome, JobState
 from .statistics import FAILURE_STATES
 
 MINUTES = 60
@@ -272,14 +272,13 @@ _DUE_ON_ROW = Q(number=F("job__attempts"), job__run_after__lte=F("started_at"))
 def _claimed(attempts: QuerySet[Attempt], start: datetime, db: str) -> Iterator[QuerySet[Attempt]]:
     """The attempts started in the window, in two reads that each use an index.
 
-    Running attempts are read through their leases; ended ones through the
-    ended-attempts index. An attempt's start is at most its end, so together
+    Running attempts are read through their running jobs (the holder index);
+    ended ones through the ended-attempts index. An attempt's start is at most its end, so together
     they are every attempt started in the window.
     """
     yield attempts.filter(finished_at__gte=start, started_at__gte=start)
-    yield attempts.filter(
-        id__in=Lease.objects.using(db).values("attempt_id"), started_at__gte=start
-    )
+    running = Job.objects.using(db).filter(state__in=sorted(LEASED_STATES)).values("id")
+    yield attempts.filter(job__in=running, finished_at__isnull=True, started_at__gte=start)
 
 
 def _wait_began(db: str) -> Coalesce:

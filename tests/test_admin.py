@@ -24,7 +24,6 @@ from django_jobs.models import (
     Dependency,
     Job,
     JobEvent,
-    Lease,
     QueueEvent,
     QueueState,
     Step,
@@ -83,20 +82,15 @@ def make_worker(*, heartbeat_age: float = 0.0, **fields: Any) -> Worker:
     return Worker.objects.create(**values)
 
 
-def lease(job: Job, worker: Worker) -> Lease:
+def lease(job: Job, worker: Worker) -> Job:
+    """``job``'s current attempt, running on ``worker`` and holding the lease."""
     now = timezone.now()
-    attempt = Attempt.objects.create(
+    Attempt.objects.create(
         job=job, number=job.attempts, worker_id=worker.id, worker_name=str(worker), started_at=now
     )
-    return Lease.objects.create(
-        job=job,
-        attempt=attempt,
-        token=job.attempts,
-        worker_id=worker.id,
-        acquired_at=now,
-        renewed_at=now,
-        expires_at=now + timedelta(seconds=30),
-    )
+    Job.objects.filter(id=job.id).update(leased_by=worker.id, leased_at=now)
+    job.refresh_from_db()
+    return job
 
 
 def operator(*codenames: str) -> Client:
@@ -348,7 +342,7 @@ def test_job_page__shows_the_lease_and_the_progress(admin_client: Client) -> Non
     html = admin_client.get(reverse("admin:django_jobs_job_change", args=[job.pk])).content.decode()
 
     assert (
-        f'token 1 held by worker <a href="/admin/django_jobs/worker/{held.worker_id}/change/">'
+        f'token 1 held by worker <a href="/admin/django_jobs/worker/{held.leased_by}/change/">'
         in html
     )
     assert '<progress value="3" max="4"></progress> 3/4 (75%)' in html
@@ -861,5 +855,5 @@ def test_worker_page__is_read_only_and_shows_status_and_held_leases(admin_client
     ).content.decode()
 
     assert '<span class="dj-badge dj-worker-live">live</span>' in html
-    assert f'/admin/django_jobs/job/{held.job_id}/change/">{held.job_id}</a> token 1' in html
+    assert f'/admin/django_jobs/job/{held.id}/change/">{held.id}</a> token 1' in html
     assert 'name="_save"' not in html

@@ -88,3 +88,33 @@ def test_claim__reads_only_the_heads_of_its_index_when_statistics_were_taken_on_
     worst = max(plans, key=job_rows_read)
     assert batches == [batch] * 8
     assert job_rows_read(worst) < 2_000, json.dumps(worst, indent=1)
+
+
+def test_reap_and_renew__read_only_the_running_jobs_when_statistics_were_taken_on_an_empty_table(
+    pg: None,
+) -> None:
+    """The lifeline's statements: a backlog of queued jobs is never theirs to read."""
+    analyse_empty_tables()
+    enqueue_many(tasks.noop.using(queue_name="other"), [((), {})] * BACKLOG)
+    engine = engine_for("default")
+    live, dead = WorkerIdentity(uuid.uuid4(), "live"), WorkerIdentity(uuid.uuid4(), "dead")
+    for worker in (live, dead):
+        engine.register_worker(worker, "default", "host", 1, ["other"], 50)
+        engine.claim(worker, ["other"], 50)
+    with connection.cursor() as cursor:  # the dead one fell silent a minute ago
+        cursor.execute(
+            "UPDATE django_jobs_worker SET heartbeat_at = now() - interval '60 s' WHERE id = %s",
+            [dead.id],
+        )
+        cursor.execute(
+            "UPDATE django_jobs_job SET leased_at = now() - interval '60 s' WHERE leased_by = %s",
+            [dead.id],
+        )
+
+    with statement_plans() as plans:
+        engine.renew(live.id, [])
+        reaped = engine.reap(batch=100)
+
+    worst = max(plans, key=job_rows_read)
+    assert reaped == 50
+    assert job_rows_read(worst) <= 100, json.dumps(worst, indent=1)  # the jobs running

@@ -19,7 +19,7 @@ from django.db import connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from django_jobs.models import Attempt, Job, Lease
+from django_jobs.models import Attempt, Job
 from django_jobs.states import AttemptOutcome, JobState
 from django_jobs.timeseries import MINUTES, percentile_bucket, timeseries
 
@@ -79,14 +79,8 @@ class Rows:
             outcome=AttemptOutcome.RUNNING if finished is None else outcome,
         )
         if finished is None:
-            Lease.objects.using(self.alias).create(
-                job=job,
-                attempt=attempt,
-                token=number,
-                worker_id=uuid.uuid4(),
-                acquired_at=started,
-                renewed_at=started,
-                expires_at=NOW + timedelta(minutes=1),
+            Job.objects.using(self.alias).filter(id=job.id).update(
+                leased_by=uuid.uuid4(), leased_at=started
             )
         return attempt
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -29,13 +29,12 @@ from django_jobs.models import (
     FairClock,
     Job,
     JobEvent,
-    Lease,
     Step,
     Worker,
 )
 from django_jobs.retry import Decision, Verdict
 from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState, Transition
-from django_jobs.values import Report, StepWrite, WorkerIdentity
+from django_jobs.values import Progress, Report, StepWrite, WorkerIdentity
 from django_jobs.verbs import VERBS
 
 # Every test takes ``alias`` (tests/conftest.py): it runs on both engines.
@@ -72,20 +71,42 @@ def make_job(
         updated_at=now,
     )
     if leased_by is not None:
-        attempt = Attempt.objects.using(alias).create(
+        Attempt.objects.using(alias).create(
             job=job, number=attempts, worker_id=leased_by.id, started_at=now
         )
-        expires = now + timedelta(seconds=-5 if lease_expired else 30)
-        Lease.objects.using(alias).create(
-            job=job,
-            attempt=attempt,
-            token=attempts,
-            worker_id=leased_by.id,
-            acquired_at=now,
-            renewed_at=now,
-            expires_at=expires,
+        # An expired lease: taken a minute ago by a worker silent since then.
+        age = timedelta(seconds=60 if lease_expired else 0)
+        Job.objects.using(alias).filter(id=job.id).update(
+            leased_by=leased_by.id, leased_at=now - age
         )
+        job.leased_by, job.leased_at = leased_by.id, now - age
+        heartbeat(alias, leased_by, now - age)
     return job
+
+
+def heartbeat(alias: str, worker: WorkerIdentity, at: datetime) -> None:
+    """The worker row of ``worker``, last heartbeat ``at``."""
+    Worker.objects.using(alias).update_or_create(
+        id=worker.id,
+        defaults={"heartbeat_at": at},
+        create_defaults={
+            "host": "test",
+            "pid": 1,
+            "concurrency": 1,
+            "started_at": at,
+            "heartbeat_at": at,
+        },
+    )
+
+
+def expire_lease(job: Job) -> None:
+    """Make ``job``'s lease expire: taken a minute ago, its worker silent since."""
+    db = job._state.db
+    past = timezone.now() - timedelta(seconds=60)
+    Job.objects.using(db).filter(id=job.id).update(leased_at=past)
+    Worker.objects.using(db).filter(id=Job.objects.using(db).get(id=job.id).leased_by).update(
+        heartbeat_at=past
+    )
 
 
 def report_for(job: Job, transition: Transition) -> Report:
@@ -276,21 +297,77 @@ def test_claim__in_a_long_transaction_takes_jobs_due_since_it_began(alias: str) 
 def test_claim__writes_attempt_and_lease_with_the_attempt_number_as_token(alias: str) -> None:
     job = make_job(alias, attempts=2, max_attempts=5)
     [claimed] = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
-    lease = Lease.objects.using(alias).get(job=job)
+    row = Job.objects.using(alias).get(id=job.id)
     attempt = Attempt.objects.using(alias).get(job=job)
-    assert (claimed.token, lease.token, attempt.number) == (3, 3, 3)
-    assert (lease.worker_id, attempt.outcome) == (ME.id, AttemptOutcome.RUNNING)
-    assert Job.objects.using(alias).get().state == JobState.RUNNING
+    assert (claimed.token, row.attempts, attempt.number) == (3, 3, 3)
+    assert (row.state, row.leased_by, attempt.outcome) == (
+        JobState.RUNNING,
+        ME.id,
+        AttemptOutcome.RUNNING,
+    )
+    assert row.leased_at is not None
 
 
-def test_renew__extends_held_leases_and_reports_lost_ones(alias: str) -> None:
+def test_renew__stamps_the_worker_and_reports_lost_leases(alias: str) -> None:
     kept = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME)
     gone = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME)
-    before = Lease.objects.using(alias).get(job=kept).expires_at
-    Lease.objects.using(alias).filter(job=gone).delete()
-    renewed = engine_for(alias).renew(ME.id, [(kept.id, 1), (gone.id, 1)], lease_seconds=60)
+    before = timezone.now() - timedelta(seconds=5)
+    heartbeat(alias, ME, before)
+    engine_for(alias).release_lease(ME.id, gone.id, 1, "gone")
+    renewed = engine_for(alias).renew(ME.id, [(kept.id, 1), (gone.id, 1)])
     assert (renewed.lost, renewed.cancelling) == ({(gone.id, 1)}, set())
-    assert Lease.objects.using(alias).get(job=kept).expires_at > before
+    assert Worker.objects.using(alias).get(id=ME.id).heartbeat_at > before
+
+
+def test_reap__takes_the_jobs_of_a_silent_worker_and_never_a_live_ones(alias: str) -> None:
+    silent = WorkerIdentity(uuid.uuid4(), "silent:1")
+    stopped = WorkerIdentity(uuid.uuid4(), "stopped:1")
+    gone = WorkerIdentity(uuid.uuid4(), "gone:1")
+    lost = [
+        make_job(alias, JobState.RUNNING, attempts=1, leased_by=w, lease_expired=True)
+        for w in (silent, stopped, gone)
+    ]
+    Worker.objects.using(alias).filter(id=stopped.id).update(
+        heartbeat_at=timezone.now(), stopped_at=timezone.now()
+    )
+    Worker.objects.using(alias).filter(id=gone.id).delete()
+    # Leased a minute ago, by a worker that heartbeats: kept however old.
+    live = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    heartbeat(alias, ME, timezone.now())
+    # Just leased, by a worker silent for a minute: kept LEASE_SECONDS from its claim.
+    fresh = make_job(alias, JobState.RUNNING, attempts=1, leased_by=silent)
+    heartbeat(alias, silent, timezone.now() - timedelta(seconds=60))
+
+    reaped = engine_for(alias).reap()
+
+    states = dict(Job.objects.using(alias).values_list("id", "state"))
+    assert reaped == 3
+    assert {job.id: states[job.id] for job in lost} == {job.id: JobState.QUEUED for job in lost}
+    assert (states[live.id], states[fresh.id]) == (JobState.RUNNING, JobState.RUNNING)
+
+
+def test_reap__fences_the_old_holder_out(alias: str) -> None:
+    """After a reap, the old attempt can neither complete, record a step, report progress,
+    nor keep the job when it is claimed again."""
+    job = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
+    late = report_for(job, Transition.COMPLETE)
+    engine = engine_for(alias)
+    engine.reap()
+    other = WorkerIdentity(uuid.uuid4(), "other:1")
+    [again] = engine.claim(other, QUEUES, 1, lease_seconds=10)
+
+    renewed = engine.renew(ME.id, [(job.id, 1)], {(job.id, 1): Progress(1, 2, "late")})
+    step = engine.record_step(ME.id, job.id, 1, "charge", "late")
+    done = engine.finish(ME.id, [late])
+
+    row = Job.objects.using(alias).get(id=job.id)
+    assert (renewed.lost, step, done.stale) == ({(job.id, 1)}, StepWrite.STALE, [late])
+    assert (row.state, row.attempts, row.leased_by, row.progress_done) == (
+        JobState.RUNNING,
+        again.token,
+        other.id,
+        None,
+    )
 
 
 def test_finish__rejects_stale_lease_and_keeps_the_late_report(alias: str) -> None:
@@ -324,7 +401,7 @@ def test_finish__a_sleep_queues_the_job_for_its_wake_time_and_gives_the_attempt_
     )
     assert (step.name, step.attempt, step.result) == ("sleep-1", 1, to_json(sleep.wake_at, ""))
     assert attempt.outcome == AttemptOutcome.SLEPT
-    assert not Lease.objects.using(alias).filter(job=job).exists()
+    assert (job.leased_by, job.leased_at) == (None, None)
 
 
 def test_finish__a_sleep_of_a_job_asked_to_cancel_confirms_the_cancel(alias: str) -> None:
@@ -367,8 +444,8 @@ def test_finish__rejects_an_old_token_after_the_job_was_reclaimed(alias: str) ->
     [again] = engine_for(alias).claim(ME, QUEUES, 1, lease_seconds=10)
     done = engine_for(alias).finish(ME.id, [old])
     assert (again.token, done.stale) == (2, [old])
-    assert Job.objects.using(alias).get().state == JobState.RUNNING
-    assert Lease.objects.using(alias).get().token == 2
+    row = Job.objects.using(alias).get()
+    assert (row.state, row.attempts, row.leased_by) == (JobState.RUNNING, 2, ME.id)
 
 
 def test_reap__exhausts_a_job_whose_last_attempt_was_lost(alias: str) -> None:
@@ -436,15 +513,14 @@ def inconsistencies(job: Job) -> list[str]:
     leased = state in (JobState.RUNNING, JobState.CANCELLING)
     live = state in (JobState.WAITING, JobState.QUEUED) or leased
     db = job._state.db
-    lease = Lease.objects.using(db).filter(job=job).first()
     running = list(Attempt.objects.using(db).filter(job=job, outcome=AttemptOutcome.RUNNING))
     problems = []
     if (job.finished_at is None) != live:
         problems.append(f"finished_at {job.finished_at} in {state}")
     if (job.started_at is None) != (job.attempts == 0):
         problems.append(f"started_at {job.started_at} after {job.attempts} attempts")
-    if (lease is not None) != leased or (lease is not None and lease.token != job.attempts):
-        problems.append(f"lease {lease and lease.token} in {state} at attempt {job.attempts}")
+    if (job.leased_by is not None) != leased or (job.leased_at is not None) != leased:
+        problems.append(f"lease of {job.leased_by} since {job.leased_at} in {state}")
     if [a.number for a in running] != ([job.attempts] if leased else []):
         problems.append(f"running attempts {[a.number for a in running]} in {state}")
     if (job.cancel_requested_at is not None) and state in (
@@ -486,9 +562,7 @@ def _report(transition: Transition) -> Any:
 
 
 def _reap(job: Job) -> None:
-    Lease.objects.using(job._state.db).filter(job=job).update(
-        expires_at=timezone.now() - timedelta(seconds=5)
-    )
+    expire_lease(job)
     engine_of(job).reap()
 
 

@@ -18,9 +18,9 @@ from psycopg.types.json import Jsonb
 from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for
 from django_jobs.engine.postgres import statements
-from django_jobs.models import Attempt, FairClock, Job, Lease, Step
+from django_jobs.models import Attempt, FairClock, Job, Step
 from django_jobs.states import AttemptOutcome, JobState
-from django_jobs.values import Report, WorkerIdentity
+from django_jobs.values import Progress, Report, WorkerIdentity
 from tests.conftest import run_in_processes
 from tests.test_engine import ME, QUEUES, make_job
 
@@ -48,8 +48,8 @@ def test_claim_and_complete__are_prepared_statements_only_when_asked(
     assert done.applied == [(success, JobState.SUCCEEDED)]
     # psycopg prepares them with $n placeholders, so look for their writes.
     assert (
-        "INSERT INTO django_jobs_lease" in prepared,
-        "DELETE FROM django_jobs_lease" in prepared,
+        "INSERT INTO django_jobs_attempt" in prepared,
+        "leased_by = NULL" in prepared,
     ) == (
         prepare,
         prepare,
@@ -67,21 +67,48 @@ def test_prepared_statements__leave_other_queries_on_the_connection_unprepared(p
     assert [s for s in _prepared_statements() if "count(*)" in s] == []
 
 
-def test_renew__skips_a_lease_the_completer_holds_instead_of_waiting_for_it(pg: None) -> None:
-    """The completer locks the leases it ends in its own order; waiting for them deadlocked."""
+def test_renew__skips_progress_of_a_job_the_completer_holds_instead_of_waiting_for_it(
+    pg: None,
+) -> None:
+    """The completer locks the jobs it ends in its own order; waiting for them deadlocked."""
     busy = make_job(DB, JobState.RUNNING, attempts=1, leased_by=ME)
     idle = make_job(DB, JobState.RUNNING, attempts=1, leased_by=ME)
-    before = {lease.job_id: lease.expires_at for lease in Lease.objects.all()}
+    progress = {(busy.id, 1): Progress(1, 2, "busy"), (idle.id, 1): Progress(1, 2, "idle")}
     params = connections[DB].get_connection_params()
-    with psycopg.connect(**params) as completer:  # a transaction holding busy's lease
-        completer.execute("SELECT 1 FROM django_jobs_lease WHERE job_id = %s FOR UPDATE", [busy.id])
+    with psycopg.connect(**params) as completer:  # a transaction holding busy's row
+        completer.execute("SELECT 1 FROM django_jobs_job WHERE id = %s FOR UPDATE", [busy.id])
         with connections[DB].cursor() as cursor:
             cursor.execute("SET lock_timeout = '2s'")  # waiting would fail the test, not hang it
-        renewed = engine_for(DB).renew(ME.id, [(busy.id, 1), (idle.id, 1)], lease_seconds=60)
+        renewed = engine_for(DB).renew(ME.id, [(busy.id, 1), (idle.id, 1)], progress)
         completer.rollback()
-    after = {lease.job_id: lease.expires_at for lease in Lease.objects.all()}
+    written = dict(Job.objects.values_list("id", "progress_message"))
     assert renewed.lost == set()
-    assert (after[busy.id] == before[busy.id], after[idle.id] > before[idle.id]) == (True, True)
+    assert (written[busy.id], written[idle.id]) == ("", "idle")
+
+
+def _rows_updated_not_yet_reported(table: str) -> int:
+    """Rows of ``table`` this transaction updated (``pg_stat_xact_user_tables``): exact."""
+    with connections[DB].cursor() as cursor:
+        cursor.execute("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = %s", [table])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_renew__keeps_every_lease_of_a_worker_with_one_row_written(pg: None) -> None:
+    """The heartbeat of a worker running 50 jobs writes its worker row, and no job row."""
+    for _ in range(50):
+        make_job(DB, JobState.RUNNING, attempts=1, leased_by=ME)
+    held = list(Job.objects.values_list("id", "attempts"))
+    tables = ("django_jobs_job", "django_jobs_worker")
+
+    with transaction.atomic(using=DB):
+        before = [_rows_updated_not_yet_reported(t) for t in tables]
+        renewed = engine_for(DB).renew(ME.id, held)
+        after = [_rows_updated_not_yet_reported(t) for t in tables]
+
+    updated = [a - b for a, b in zip(after, before, strict=True)]
+    assert (renewed.lost, renewed.cancelling) == (set(), set())
+    assert updated == [0, 1]
 
 
 def test_record_step__holds_the_lease_against_the_reaper_until_the_step_commits(pg: None) -> None:
@@ -135,7 +162,7 @@ def test_claim__concurrent_claimers_take_disjoint_batches(pg: None) -> None:
     batches = run_in_processes(_claim_all, 4)
     claimed = [job_id for batch in batches for job_id in batch]
     assert (len(claimed), set(claimed)) == (300, ids)
-    assert Attempt.objects.count() == Lease.objects.count() == 300
+    assert Attempt.objects.count() == Job.objects.filter(leased_by__isnull=False).count() == 300
 
 
 def test_reap__concurrent_reapers_reap_each_lease_once(pg: None) -> None:
@@ -144,8 +171,9 @@ def test_reap__concurrent_reapers_reap_each_lease_once(pg: None) -> None:
     counts = run_in_processes(_reap_all, 4)
     assert sum(counts) == 60
     assert Attempt.objects.filter(outcome=AttemptOutcome.LOST).count() == 60
-    assert set(Job.objects.values_list("state", "attempts")) == {(JobState.QUEUED, 1)}
-    assert Lease.objects.count() == 0
+    assert set(Job.objects.values_list("state", "attempts", "leased_by")) == {
+        (JobState.QUEUED, 1, None)
+    }
 
 
 def _seq_scans_not_yet_reported(table: str) -> int:
@@ -166,7 +194,7 @@ def test_completion__a_plan_made_on_empty_tables_still_uses_the_indexes_when_the
     """A worker started on a new deployment keeps its prepared plans for its life."""
     rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
     with connections[DB].cursor() as cursor:
-        cursor.execute("ANALYZE django_jobs_job, django_jobs_attempt, django_jobs_lease")
+        cursor.execute("ANALYZE django_jobs_job, django_jobs_attempt")
     for _ in range(8):  # past PostgreSQL's five custom plans: the generic one from now on
         make_job(DB)
         [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10, 10)

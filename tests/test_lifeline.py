@@ -1,7 +1,8 @@
 """The lifeline: renew leases, deliver cancels and progress, notice lost leases, reap.
 
 Real PostgreSQL; jobs are enqueued and claimed through the engine, and a
-lease is lost the way it is in production: it expires and a reaper takes it.
+lease is lost the way it is in production: its worker falls silent, it
+expires, and a reaper takes it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState, control
 from django_jobs.backend import jobs_backend
-from django_jobs.models import Attempt, Job, Lease
+from django_jobs.models import Attempt, Job, Worker
 from django_jobs.values import Claimed, Report, WorkerIdentity
 from django_jobs.worker.completer import Completer
 from django_jobs.worker.faults import Faults
@@ -74,7 +75,10 @@ def setup(pg: None) -> Setup:
 
 
 def expire_lease(claimed: Claimed) -> None:
-    Lease.objects.filter(job_id=claimed.job_id).update(expires_at=Now() - timedelta(seconds=1))
+    """Its worker silent for a minute, and the lease as old: expired (LEASE_SECONDS is 2)."""
+    job = Job.objects.get(id=claimed.job_id)
+    Job.objects.filter(id=job.id).update(leased_at=Now() - timedelta(seconds=60))
+    Worker.objects.filter(id=job.leased_by).update(heartbeat_at=Now() - timedelta(seconds=60))
 
 
 def test_lifeline__a_lost_lease_is_noticed_once_and_forgotten_when_its_attempt_ends(
@@ -82,9 +86,10 @@ def test_lifeline__a_lost_lease_is_noticed_once_and_forgotten_when_its_attempt_e
 ) -> None:
     tasks.add.enqueue(1, 1)
     tasks.add.enqueue(2, 2)
-    lost, kept = setup.claim(2)
+    (lost,) = setup.claim(1)
     expire_lease(lost)
     assert setup.engine.reap() == 1  # another worker's reaper takes it
+    (kept,) = setup.claim(1)
     with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
         setup.lifeline.beat()
         setup.lifeline.beat()
@@ -112,18 +117,20 @@ def test_lifeline__an_ending_attempts_vanished_lease_is_not_lost(setup: Setup) -
     (claimed,) = setup.claim(1)
     key = (claimed.job_id, claimed.token)
     setup.running.writing([key])  # the completer is writing its outcome
-    Lease.objects.filter(job_id=claimed.job_id).delete()
+    setup.engine.release_lease(setup.me.id, claimed.job_id, claimed.token, "ended elsewhere")
     setup.lifeline.beat()
     assert setup.lifeline.lost_leases == set()
 
 
-def test_lifeline__renews_held_leases(setup: Setup) -> None:
+def test_lifeline__keeps_held_leases_by_stamping_its_worker(setup: Setup) -> None:
     tasks.add.enqueue(1, 1)
     (claimed,) = setup.claim(1)
-    Lease.objects.update(expires_at=timezone.now() + timedelta(seconds=0.5))
+    expire_lease(claimed)  # one more moment of silence and the reaper takes it
     setup.lifeline.beat()
-    lease = Lease.objects.get(job_id=claimed.job_id)
-    assert lease.expires_at > timezone.now() + timedelta(seconds=1.5)  # LEASE_SECONDS is 2
+    reaped = setup.engine.reap()
+    worker = Worker.objects.get(id=setup.me.id)
+    assert worker.heartbeat_at > timezone.now() - timedelta(seconds=1)
+    assert (reaped, Job.objects.get(id=claimed.job_id).leased_by) == (0, setup.me.id)
 
 
 def test_lifeline__delivers_cancel_requests_and_writes_progress(setup: Setup) -> None:

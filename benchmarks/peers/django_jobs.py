@@ -25,7 +25,7 @@ class DjangoJobs(Peer):
     job_tables: ClassVar[list[str]] = [
         "django_jobs_job",
         "django_jobs_attempt",
-        "django_jobs_lease",
+        "django_jobs_worker",
     ]
 
     def settings(self) -> dict[str, WorkerSetting]:

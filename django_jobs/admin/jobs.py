@@ -21,6 +21,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
@@ -34,8 +35,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .. import dependencies
-from ..models import Attempt, Batch, Job, JobEvent, Step
-from ..states import AttemptOutcome, JobState
+from ..backend import jobs_backend
+from ..conf import JobsOptions
+from ..models import Attempt, Batch, Job, JobEvent, Step, Worker
+from ..states import LEASED_STATES, AttemptOutcome, JobState
 from . import actions, dashboard
 from .batches import batch_link
 from .filters import QueueFilter, StateFilter, TaskFilter, TenantFilter, UniqueKeyFilter
@@ -436,27 +439,32 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=gettext_lazy("lease"))
     def lease_info(self, job: Job) -> SafeString | str:
-        lease = getattr(job, "lease", None)
-        if lease is None:
+        if job.leased_by is None or job.leased_at is None or job.state not in LEASED_STATES:
             return _("none: no attempt is running")
         now = timezone.now()
-        worker_url = reverse("admin:django_jobs_worker_change", args=[lease.worker_id])
-        if lease.expires_at <= now:
-            expiry = _("expired %s ago: the reaper will take it back") % timesince(
-                lease.expires_at, now
-            )
+        holder = Worker.objects.using(job._state.db).filter(id=job.leased_by).first()
+        # What the reaper compares (engine/leases.py): the later of the claim
+        # and the holder's last heartbeat, while the holder is not stopped.
+        kept_from = job.leased_at
+        if holder is not None and holder.stopped_at is None:
+            kept_from = max(kept_from, holder.heartbeat_at)
+        expires_at = kept_from + timedelta(seconds=lease_seconds(job.backend))
+        if expires_at <= now:
+            expiry = _("expired %s ago: the reaper will take it back") % timesince(expires_at, now)
         else:
-            expiry = _("expires in %s") % timeuntil(lease.expires_at, now)
+            expiry = _("kept by its worker's heartbeat; expires in %s without one") % timeuntil(
+                expires_at, now
+            )
         return format_html(
             '{} <a href="{}">{}</a>, {} {}, {} {}; <span class="{}">{}</span>',
-            _("token %(t)s held by worker") % {"t": lease.token},
-            worker_url,
-            str(lease.worker_id)[:8],
+            _("token %(t)s held by worker") % {"t": job.attempts},
+            reverse("admin:django_jobs_worker_change", args=[job.leased_by]),
+            str(job.leased_by)[:8],
             _("acquired"),
-            lease.acquired_at,
-            _("renewed"),
-            lease.renewed_at,
-            "dj-stale" if lease.expires_at <= now else "",
+            job.leased_at,
+            _("last heartbeat"),
+            holder.heartbeat_at if holder is not None else "—",
+            "dj-stale" if expires_at <= now else "",
             expiry,
         )
 
@@ -465,13 +473,7 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
             uuid.UUID(str(object_id))
         except ValueError:
             return None
-        return (
-            self.get_queryset(request)
-            .defer(None)
-            .select_related("lease")
-            .filter(pk=object_id)
-            .first()
-        )
+        return self.get_queryset(request).defer(None).filter(pk=object_id).first()
 
     def change_view(
         self,
@@ -522,3 +524,11 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     def pause_view(self, request: HttpRequest, queue: str) -> HttpResponse:
         return dashboard.pause_view(self, request, queue)
+
+
+def lease_seconds(backend: str) -> float:
+    """The LEASE_SECONDS the reapers of a job's backend go by (the default's, if unknown)."""
+    try:
+        return jobs_backend(backend).settings.LEASE_SECONDS
+    except ImproperlyConfigured:
+        return JobsOptions().LEASE_SECONDS

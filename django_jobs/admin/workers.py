@@ -23,7 +23,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..backend import jobs_backend
-from ..models import Lease, Worker, leases_held
+from ..models import Job, Worker, leases_held
+from ..states import LEASED_STATES
 from .readonly import ReadOnlyAdmin
 
 
@@ -113,22 +114,26 @@ class WorkerAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("leases held"))
     def leases(self, worker: Worker) -> SafeString | str:
-        held = Lease.objects.filter(worker_id=worker.id).order_by("acquired_at")
+        held = (
+            Job.objects.filter(leased_by=worker.id, state__in=sorted(LEASED_STATES))
+            .order_by("leased_at")
+            .only("id", "attempts", "leased_at")
+        )
         if not held:
             return "—"
         return format_html(
             "<ul>{}</ul>",
             format_html_join(
                 "",
-                '<li><a href="{}">{}</a> token {}, expires {}</li>',
+                '<li><a href="{}">{}</a> token {}, since {}</li>',
                 (
                     (
-                        reverse("admin:django_jobs_job_change", args=[lease.job_id]),
-                        lease.job_id,
-                        lease.token,
-                        lease.expires_at,
+                        reverse("admin:django_jobs_job_change", args=[job.id]),
+                        job.id,
+                        job.attempts,
+                        job.leased_at,
                     )
-                    for lease in held
+                    for job in held
                 ),
             ),
         )

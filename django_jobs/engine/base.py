@@ -20,7 +20,8 @@ steps that only it knows how to do (the abstract methods).
 
 Guarantees and limits, honestly:
 
-* Delivery is at least once. When a lease expires the worker may or may not
+* Delivery is at least once. When a lease expires (its worker stopped
+  heartbeating) or is released (its worker died) the worker may or may not
   have done the work; the attempt is recorded ``lost`` (never success, never a
   plain failure) and the job runs again. Tasks make their effects idempotent
   with ``context.stable_key``.
@@ -82,9 +83,11 @@ class Engine(ABC):
     ) -> list[Claimed]:
         """Lease up to ``limit`` ready jobs of ``queues``, highest priority then oldest.
 
-        Each claimed job is ``running`` with one attempt and one lease, fenced
-        by its token; the task runs after the claim commits, outside any
-        transaction of ours. Paused queues are skipped. Queues with flow
+        Each claimed job is ``running`` with one attempt, and leased to
+        ``worker`` on its row, fenced by its token; the task runs after the
+        claim commits, outside any transaction of ours. ``lease_seconds`` only
+        dates ``Claimed.lease_expires_at``: the lease lives as long as the
+        worker heartbeats (``reap``). Paused queues are skipped. Queues with flow
         control (limits, fairness, rates) are claimed one by one after the
         others, so their limits hold across every worker; priority therefore
         orders jobs within that split, not across it.
@@ -198,15 +201,18 @@ class Engine(ABC):
         worker_id: uuid.UUID,
         held: Iterable[Held],
         progress: Mapping[Held, Progress] | None = None,
-        lease_seconds: float | None = None,
     ) -> Renewed:
-        """Extend this worker's leases, write progress, learn of loss and cancellation."""
-        lease = lease_seconds or self.options.LEASE_SECONDS
-        return leases.renew(self.db, worker_id, held, lease, progress)
+        """Keep this worker's leases in one write; write progress; learn of loss, cancels."""
+        return leases.renew(self.db, worker_id, held, progress)
 
     def reap(self, batch: int = 100) -> int:
-        """Turn expired leases into ``lost`` attempts; requeue, exhaust or quarantine."""
-        return leases.reap(self.db, batch, self.options.POISON_LOST_ATTEMPTS)
+        """Turn expired leases into ``lost`` attempts; requeue, exhaust or quarantine.
+
+        A lease has expired when it was taken, and its worker last heartbeat,
+        more than ``LEASE_SECONDS`` ago (by this engine's options).
+        """
+        options = self.options
+        return leases.reap(self.db, batch, options.POISON_LOST_ATTEMPTS, options.LEASE_SECONDS)
 
     def expire_overdue(self, batch: int = 500) -> int:
         """Move queued jobs past their ``expires_at`` to ``expired``."""

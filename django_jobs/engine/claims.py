@@ -1,4 +1,4 @@
-"""The ORM claim: lock ready rows, mark them running, give each an attempt and a lease.
+"""The ORM claim: lock ready rows, mark them running and leased, give each an attempt.
 
 SQLite claims plain queues this way, and both engines lease the rows their
 flow-controlled claims chose (``flow.py``) with ``lease``. PostgreSQL claims
@@ -12,11 +12,11 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F, Value
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from ..exceptions import LockedRowChangedError
-from ..models import Attempt, Job, Lease
+from ..models import Attempt, Job
 from ..signals import send_on_commit
 from ..states import JobState, Transition
 from ..values import Claimed, WorkerIdentity
@@ -61,7 +61,11 @@ def claim_plain(
 def lease(
     db: str, worker: WorkerIdentity, rows: Sequence[Job], lease_seconds: float
 ) -> list[Claimed]:
-    """Mark locked, queued rows running and give each an attempt and a lease."""
+    """Mark locked, queued rows running, leased to ``worker``, and give each an attempt.
+
+    The lease is on the row (``leased_by``, ``leased_at``), written by the
+    update that marks it running: no row of its own.
+    """
     if not rows:
         return []
     now = timezone.now()
@@ -76,6 +80,9 @@ def lease(
             attempts=F("attempts") + 1,
             started_at=Coalesce(F("started_at"), Value(now)),
             updated_at=now,
+            leased_by=worker.id,
+            # The database's clock, which the reaper compares it with.
+            leased_at=Now(),
         )
     )
     # We hold the row locks, so nobody can have moved these rows since the
@@ -91,20 +98,6 @@ def lease(
             started_at=now,
         )
         for r in rows
-    )
-    Lease.objects.using(db).bulk_create(
-        Lease(
-            job_id=r.id,
-            attempt_id=a.pk,
-            token=a.number,
-            worker_id=worker.id,
-            acquired_at=now,
-            renewed_at=now,
-            # The reaper compares with the database clock; on SQLite (one host)
-            # that is this host's clock too.
-            expires_at=expires,
-        )
-        for r, a in zip(rows, attempts, strict=True)
     )
     for r in rows:
         send_on_commit(db, r.id, Transition.CLAIM, JobState.QUEUED, JobState.RUNNING)

@@ -2,8 +2,9 @@
 
 Every outcome a worker reports ends here unless an engine has a faster way
 for the plain case (PostgreSQL completes plain successes in one statement).
-Each report is fenced on its lease: the lease row and the job row are locked,
-and the job moves only from the states its transition allows.
+Each report is fenced on its lease: the job row is locked, and the job moves
+only if this worker still holds its lease under the report's token, and only
+from the states its transition allows.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from ..conf import JobsOptions
-from ..models import Attempt, Dependency, Job, Lease, RetryWindow, Worker
+from ..models import Attempt, Dependency, Job, RetryWindow, Worker
 from ..retry import Verdict, budget_window, within_budget
 from ..signals import send_on_commit
 from ..states import AttemptOutcome, JobState, Transition
 from ..values import Finished, Report
 from . import batches
 from .guards import sources, target
-from .leases import write_progress
+from .leases import progress_fields
 from .steps import record_sleep
 from .wakeups import wake_on_commit
 
@@ -39,8 +40,8 @@ def finish(
 
     A report whose lease is gone (reaped, released, or re-claimed under a newer
     token) is *stale*: it is written to its attempt's ``late_report`` and
-    changes nothing else. One report at a time, under the locks of its lease
-    and its job: every case is recorded precisely. ``rules`` gives the retry
+    changes nothing else. One report at a time, under the lock of its job
+    (which carries the lease): every case is recorded precisely. ``rules`` gives the retry
     budgets.
     """
     done = Finished()
@@ -48,33 +49,33 @@ def finish(
         return done
     now = timezone.now()
     with transaction.atomic(using=db, savepoint=False):
-        # Lock the leases we claim to hold: the reaper locks them the same way
-        # (SKIP LOCKED), so it either reaps before us or skips while we finish.
+        # Lock the jobs whose leases we claim to hold: the reaper locks them
+        # the same way (SKIP LOCKED), so it either reaps before us or skips
+        # while we finish; an operator's cancel locks the job too, so it
+        # either lands before we read the state or waits until we have written.
         held = {
-            (lease.job_id, lease.token): lease
-            # The job rows too: an operator's cancel locks the job, so it either
-            # lands before we read the state or waits until we have written.
-            for lease in Lease.objects.using(db)
-            .select_for_update(of=("self", "job"))
-            .select_related("job")
-            .only("job_id", "token", "job__state", "job__queue", "job__batch_id")
-            .filter(worker_id=worker_id, job_id__in=[r.job_id for r in reports])
+            (job.id, job.attempts): job
+            for job in Job.objects.using(db)
+            .select_for_update()
+            .only("id", "attempts", "state", "queue", "batch_id")
+            .filter(leased_by=worker_id, id__in=[r.job_id for r in reports])
+            .order_by("id")
         }
         current = [r for r in reports if (r.job_id, r.token) in held]
         done.stale = [r for r in reports if (r.job_id, r.token) not in held]
-        if current:
-            Lease.objects.using(db).filter(
-                job_id__in=[r.job_id for r in current], worker_id=worker_id
-            ).delete()
         moves: list[batches.Move] = []
         for report in current:
-            job = held[(report.job_id, report.token)].job
+            job = held[(report.job_id, report.token)]
             transition = transition_for(report, job.state)
             job_changes: dict[str, Any] = {
                 "state": target(transition),
                 "updated_at": now,
                 "lost_streak": 0,
+                "leased_by": None,
+                "leased_at": None,
             }
+            if report.progress is not None:
+                job_changes.update(progress_fields(report.token, report.progress, now))
             if transition is Transition.COMPLETE:
                 job_changes.update(result=report.result, finished_at=now, last_error="")
             elif transition is Transition.SLEEP:
@@ -101,6 +102,7 @@ def finish(
                 .filter(
                     id=report.job_id,
                     attempts=report.token,
+                    leased_by=worker_id,
                     state=job.state,
                     state__in=sources(transition),
                 )
@@ -111,8 +113,6 @@ def finish(
                 # hand-written row can be there): refuse it like a late report.
                 done.stale.append(report)
                 continue
-            if report.progress is not None:
-                write_progress(db, report.job_id, report.token, report.progress, now)
             if transition is Transition.SLEEP and report.wake_at is not None:
                 record_sleep(db, report.job_id, report.token, report.sleep_step, report.wake_at)
             Attempt.objects.using(db).filter(

@@ -1,13 +1,21 @@
-"""Leases: renewed by the heartbeat, reaped when they expire, released when a worker dies.
+"""Leases: kept by the holder's heartbeat, reaped when it stops, released when a worker dies.
 
-A lease is a running attempt's claim on its job, fenced by its token (the
-attempt number). Losing one records the attempt ``lost`` — never success,
-never a plain failure — and requeues the job (or exhausts it, or holds it as
-possible poison after ``POISON_LOST_ATTEMPTS`` losses in a row). Safe to run
-in every worker at once: expired leases are locked with SKIP LOCKED, so each
-is reaped by exactly one reaper, and a worker finishing that very job either
-wins the lock first (its report applies) or finds its lease gone (its report
-is stale).
+A lease is a running attempt's claim on its job, and it lives on the job row:
+``leased_by`` (the worker) beside the token (``attempts``, the attempt
+number), written by the claim's update and cleared by the update that ends
+the attempt. It lives as long as its worker heartbeats: it has expired when it
+was taken more than ``LEASE_SECONDS`` ago and its worker's ``heartbeat_at`` is
+older than that too (or the worker row is gone, or marked stopped) — the
+moment a lease row renewed by the same heartbeats expired. So a heartbeat
+keeps every lease of its worker with one write, to the worker row, whatever
+the number of running jobs.
+
+Losing one records the attempt ``lost`` — never success, never a plain
+failure — and requeues the job (or exhausts it, or holds it as possible poison
+after ``POISON_LOST_ATTEMPTS`` losses in a row). Safe to run in every worker
+at once: expired leases' jobs are locked with SKIP LOCKED, so each is reaped
+by exactly one reaper, and a worker finishing that very job either wins the
+lock first (its report applies) or finds the lease gone (its report is stale).
 """
 
 from __future__ import annotations
@@ -19,16 +27,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Value
+from django.db.models import Exists, F, OuterRef, QuerySet, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..exceptions import LeaseLostError
 from ..logging import job_fields
 from ..metrics import record
-from ..models import Attempt, Job, Lease, Worker
+from ..models import Attempt, Job, Worker
 from ..signals import send_on_commit
-from ..states import TRANSITIONS, AttemptOutcome, JobState, Transition
+from ..states import LEASED_STATES, TRANSITIONS, AttemptOutcome, JobState, Transition
 from ..values import Progress, Renewed
 from . import batches
 from .guards import sources, target
@@ -37,42 +45,67 @@ from .wakeups import wake_on_commit
 
 logger = logging.getLogger("django_jobs.engine")
 
+LEASED = sorted(LEASED_STATES)
+# What losing a lease reads of its job.
+LOST_FIELDS = (
+    "id",
+    "task_name",
+    "queue",
+    "state",
+    "attempts",
+    "max_attempts",
+    "lost_streak",
+    "batch_id",
+    "leased_by",
+)
+
+
+def held_by(db: str, worker_id: uuid.UUID) -> QuerySet[Job]:
+    """The jobs whose lease ``worker_id`` holds: read through django_jobs_holder_idx."""
+    return Job.objects.using(db).filter(leased_by=worker_id, state__in=LEASED)
+
+
+def expired(db: str, lease_seconds: float) -> QuerySet[Job]:
+    """Leased jobs whose lease has expired: taken, and last heartbeaten, too long ago.
+
+    Reads the running jobs only (django_jobs_holder_idx), each against its
+    holder's worker row by primary key: never the backlog of queued jobs.
+    """
+    stale = Now() - Value(timedelta(seconds=lease_seconds))
+    alive = Worker.objects.using(db).filter(
+        id=OuterRef("leased_by"), stopped_at__isnull=True, heartbeat_at__gte=stale
+    )
+    return (
+        Job.objects.using(db).filter(state__in=LEASED, leased_at__lt=stale).exclude(Exists(alive))
+    )
+
 
 def renew(
     db: str,
     worker_id: uuid.UUID,
     held: Iterable[tuple[uuid.UUID, int]],
-    lease_seconds: float,
     progress: Mapping[tuple[uuid.UUID, int], Progress] | None = None,
 ) -> Renewed:
-    """Extend this worker's leases, write throttled progress, and learn of cancellations.
+    """Keep this worker's leases, write throttled progress, and learn of loss and cancellation.
 
-    Also stamps the worker row, so the heartbeat that keeps leases alive is
-    the same one operators see. Progress is written only under a lease this
-    worker still holds: a stale holder's progress changes nothing.
+    One write keeps every lease: the worker row's heartbeat, the same one
+    operators see. The jobs are only read, to learn which leases are gone and
+    which jobs were asked to cancel. Progress is written only under a lease
+    this worker still holds: a stale holder's progress changes nothing.
     """
     held = set(held)
     with transaction.atomic(using=db):
-        # Leases the completer has locked (it is ending them) are skipped, not
-        # waited for: the two lock this worker's leases in different orders,
-        # and waiting deadlocked them (a second lost by both to detection).
-        mine = Lease.objects.using(db).filter(worker_id=worker_id)
-        Lease.objects.using(db).filter(
-            pk__in=mine.select_for_update(skip_locked=True).values("pk")
-        ).update(
-            expires_at=Now() + Value(timedelta(seconds=lease_seconds)),
-            renewed_at=Now(),
-        )
         current = {
             (job_id, token): state
-            for job_id, token, state in Lease.objects.using(db)
-            .filter(worker_id=worker_id)
-            .values_list("job_id", "token", "job__state")
+            for job_id, token, state in held_by(db, worker_id)
+            .order_by()
+            .values_list("id", "attempts", "state")
         }
-        now = timezone.now()
-        for (job_id, token), value in (progress or {}).items():
-            if (job_id, token) in current:
-                write_progress(db, job_id, token, value, now)
+        writes = {key: value for key, value in (progress or {}).items() if key in current}
+        if writes:
+            write_progress(db, worker_id, writes, timezone.now())
+        # Last, as the completer updates this row last too (jobs_done): the
+        # two lock a job row and the worker row in the same order.
         Worker.objects.using(db).filter(id=worker_id).update(heartbeat_at=Now())
     return Renewed(
         lost=held - set(current),
@@ -80,40 +113,66 @@ def renew(
     )
 
 
-def write_progress(db: str, job_id: uuid.UUID, token: int, value: Progress, now: datetime) -> None:
-    Job.objects.using(db).filter(id=job_id, attempts=token).update(
-        progress_done=value.done,
-        progress_total=value.total,
-        progress_message=value.message[:500],
-        progress_attempt=token,
-        progress_at=now,
+def write_progress(
+    db: str,
+    worker_id: uuid.UUID,
+    writes: Mapping[tuple[uuid.UUID, int], Progress],
+    now: datetime,
+) -> None:
+    """Progress of jobs whose lease this worker holds under those tokens.
+
+    Rows the completer has locked (it is ending their attempts, with the
+    progress in its report) are skipped, not waited for: the two lock this
+    worker's jobs in different orders, and waiting deadlocked them.
+    """
+    locked = (
+        held_by(db, worker_id)
+        .filter(id__in=[job_id for job_id, _ in writes])
+        .select_for_update(skip_locked=True)
+        .order_by()
+        .values_list("id", "attempts")
     )
+    for job_id, token in list(locked):
+        if (job_id, token) in writes:
+            Job.objects.using(db).filter(id=job_id, attempts=token, leased_by=worker_id).update(
+                **progress_fields(token, writes[(job_id, token)], now)
+            )
 
 
-def reap(db: str, batch: int, poison_after: int) -> int:
+def progress_fields(token: int, value: Progress, now: datetime) -> dict[str, Any]:
+    """The job columns that hold the progress ``value`` of attempt ``token``."""
+    return {
+        "progress_done": value.done,
+        "progress_total": value.total,
+        "progress_message": value.message[:500],
+        "progress_attempt": token,
+        "progress_at": now,
+    }
+
+
+def reap(db: str, batch: int, poison_after: int, lease_seconds: float) -> int:
     """Turn expired leases into ``lost`` attempts and requeue (or exhaust) their jobs.
 
-    Safe to run in every worker at once: expired leases are locked with
-    SKIP LOCKED, so each one is reaped by exactly one reaper, and a worker
-    finishing that very job at the same moment either wins the lock first
-    (and its report is applied) or finds its lease gone (and its report is
-    stale).
+    Safe to run in every worker at once: the expired leases' jobs are locked
+    with SKIP LOCKED, so each one is reaped by exactly one reaper, and a
+    worker finishing that very job at the same moment either wins the lock
+    first (and its report is applied) or finds its lease gone (and its
+    report is stale).
     """
     with transaction.atomic(using=db):
-        leases = list(
-            Lease.objects.using(db)
-            .select_for_update(skip_locked=True, of=("self",))
-            .filter(expires_at__lt=Now())
-            .select_related("job")
-            .order_by("expires_at")[:batch]
+        jobs = list(
+            expired(db, lease_seconds)
+            .select_for_update(skip_locked=True)
+            .only(*LOST_FIELDS)
+            .order_by("leased_at")[:batch]
         )
         lose(
             db,
-            leases,
+            jobs,
             "lease expired without a report: the worker stopped heartbeating",
             poison_after,
         )
-    return len(leases)
+    return len(jobs)
 
 
 def release_worker(db: str, worker_id: uuid.UUID, reason: str, poison_after: int) -> int:
@@ -124,14 +183,14 @@ def release_worker(db: str, worker_id: uuid.UUID, reason: str, poison_after: int
     expire would only delay the re-run.
     """
     with transaction.atomic(using=db):
-        leases = list(
-            Lease.objects.using(db)
-            .select_for_update(skip_locked=True, of=("self",))
-            .select_related("job")
-            .filter(worker_id=worker_id)
+        jobs = list(
+            held_by(db, worker_id)
+            .select_for_update(skip_locked=True)
+            .only(*LOST_FIELDS)
+            .order_by("id")
         )
-        lose(db, leases, reason, poison_after)
-    return len(leases)
+        lose(db, jobs, reason, poison_after)
+    return len(jobs)
 
 
 def release_lease(
@@ -148,26 +207,28 @@ def release_lease(
     and knows the attempt ended, but not what it did before it ended.
     """
     with transaction.atomic(using=db):
-        leases = list(
-            Lease.objects.using(db)
-            .select_for_update(of=("self",))
-            .select_related("job")
-            .filter(worker_id=worker_id, job_id=job_id, token=token)
+        jobs = list(
+            held_by(db, worker_id)
+            .filter(id=job_id, attempts=token)
+            .select_for_update()
+            .only(*LOST_FIELDS)
+            .order_by()
         )
-        lose(db, leases, reason, poison_after)
-    return len(leases)
+        lose(db, jobs, reason, poison_after)
+    return len(jobs)
 
 
-def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> None:
-    if not leases:
+def lose(db: str, jobs: Sequence[Job], reason: str, poison_after: int) -> None:
+    """End the leases of locked, leased ``jobs``: each attempt ``lost``, each job moved on."""
+    if not jobs:
         return
     now = timezone.now()
     moves: list[batches.Move] = []
-    for lease in leases:
-        job = lease.job
+    for job in jobs:
+        token = job.attempts
         attempt_changed = (
             Attempt.objects.using(db)
-            .filter(id=lease.attempt_id, outcome=AttemptOutcome.RUNNING)
+            .filter(job_id=job.id, number=token, outcome=AttemptOutcome.RUNNING)
             .update(
                 outcome=AttemptOutcome.LOST,
                 finished_at=now,
@@ -177,7 +238,12 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
         )
         if attempt_changed:
             record.attempt_lost(db, job.queue, job.task_name)
-        if not attempt_changed or job.attempts != lease.token:
+        else:
+            # No running attempt to lose (only a hand-written row is so): the
+            # lease ends and the job stays as it is, for an operator to see.
+            Job.objects.using(db).filter(id=job.id, leased_by=job.leased_by).update(
+                leased_by=None, leased_at=None
+            )
             continue
         if job.state == JobState.CANCELLING:
             transition = Transition.REAP_CANCEL
@@ -192,6 +258,8 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
             "updated_at": now,
             "last_error": f"lost: {reason}",
             "lost_streak": F("lost_streak") + 1,
+            "leased_by": None,
+            "leased_at": None,
         }
         if transition is Transition.REAP:
             changes["run_after"] = now
@@ -199,7 +267,12 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
             changes["finished_at"] = now
         moved = (
             Job.objects.using(db)
-            .filter(id=job.id, attempts=lease.token, state__in=sources(transition))
+            .filter(
+                id=job.id,
+                attempts=token,
+                leased_by=job.leased_by,
+                state__in=sources(transition),
+            )
             .update(**changes)
         )
         if not moved:
@@ -222,17 +295,16 @@ def lose(db: str, leases: Sequence[Lease], reason: str, poison_after: int) -> No
             job.id,
             job.task_name,
             job.queue,
-            lease.token,
+            token,
             reason,
             target(transition),
             f": {note}" if transition is Transition.POISON else "",
             extra={
-                **job_fields(job.id, job.task_name, job.queue, lease.token),
+                **job_fields(job.id, job.task_name, job.queue, token),
                 "outcome": str(AttemptOutcome.LOST),
                 "state": str(target(transition)),
             },
         )
-    Lease.objects.using(db).filter(job_id__in=[lease.job_id for lease in leases]).delete()
     batches.moved(db, moves)
 
 

@@ -20,7 +20,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..codec import to_json
-from ..models import Lease, Step
+from ..models import Job, Step
+from ..states import LEASED_STATES
 from ..values import StepWrite
 
 
@@ -30,8 +31,8 @@ def record_step(
     """Record step ``name`` of the attempt ``token``, if that attempt still holds the lease."""
     with transaction.atomic(using=db):
         held = (
-            Lease.objects.using(db)
-            .filter(job_id=job_id, token=token, worker_id=worker_id, job__attempts=token)
+            Job.objects.using(db)
+            .filter(id=job_id, attempts=token, leased_by=worker_id, state__in=sorted(LEASED_STATES))
             .exists()
         )
         if not held:

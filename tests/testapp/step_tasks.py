@@ -11,7 +11,7 @@ from typing import Any
 
 from django_jobs import task
 from django_jobs.backend import jobs_backend
-from django_jobs.models import Lease
+from django_jobs.models import Job
 from django_jobs.tasks import JobContext
 
 from .models import Ledger
@@ -66,10 +66,11 @@ def loses_its_lease_after_step_one(context: JobContext) -> str:
     """On its first attempt, its lease is released (as the reaper would) after step one."""
     context.step("one", effect, context, "one")
     if context.attempt == 1:
-        lease = Lease.objects.using(database(context)).get(job_id=context.job_id)
+        job = Job.objects.using(database(context)).get(id=context.job_id)
+        assert job.leased_by is not None
         reason = "test: released as the reaper would"
         jobs_backend(context.task_result.backend).engine.release_lease(
-            lease.worker_id, context.job_id, lease.token, reason
+            job.leased_by, context.job_id, job.attempts, reason
         )
     try:
         # The stale attempt runs the function (it is under way when the lease

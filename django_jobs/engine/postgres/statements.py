@@ -136,9 +136,10 @@ _PICK_FAIR = f"""
 """
 
 
-# Everything after the pick: mark the picked rows running and give each an
-# attempt and a lease, in the same statement. ``carried`` names columns of the
-# pick passed through to the result, after the job's (the fair pick's base).
+# Everything after the pick: mark the picked rows running, leased to this
+# worker on the row itself, and give each an attempt, in the same statement.
+# ``carried`` names columns of the pick passed through to the result, after
+# the job's (the fair pick's base).
 def _claim_rest(*carried: str) -> str:
     from_pick = "".join(f", picked.{column}" for column in carried)
     to_result = "".join(f", claimed.{column}" for column in carried)
@@ -148,7 +149,9 @@ def _claim_rest(*carried: str) -> str:
     SET state = '{TRANSITIONS[Transition.CLAIM].target}',
         attempts = job.attempts + 1,
         started_at = COALESCE(job.started_at, statement_timestamp()),
-        updated_at = statement_timestamp()
+        updated_at = statement_timestamp(),
+        leased_by = %(worker_id)s,
+        leased_at = statement_timestamp()
     FROM picked
     -- The compare-and-set is on the state read under the row lock we hold
     -- (picked.state), not on job.state: a condition on job.state would let
@@ -159,10 +162,10 @@ def _claim_rest(*carried: str) -> str:
               job.priority, job.max_attempts, job.timeout, job.tenant,
               job.idempotency_key, job.backend, job.enqueued_at, job.started_at,
               job.lost_streak, job.run_after, job.trace_context{from_pick},
-              -- The attempt's id is taken here, so the attempt and the lease
-              -- are written from this row alone: joining the CTEs back
-              -- together was a nested loop over both, batch² comparisons
-              -- (a quarter of a 100-job claim's time).
+              -- The attempt's id is taken here, so the attempt is written
+              -- from this row alone: joining the CTEs back together was a
+              -- nested loop over both, batch² comparisons (a quarter of a
+              -- 100-job claim's time).
               nextval(pg_get_serial_sequence('django_jobs_attempt', 'id')) AS attempt_id
 ), attempt AS (
     INSERT INTO django_jobs_attempt
@@ -172,14 +175,8 @@ def _claim_rest(*carried: str) -> str:
            statement_timestamp(),
            '', '', ''
     FROM claimed
-), lease AS (
-    INSERT INTO django_jobs_lease
-        (job_id, attempt_id, token, worker_id, acquired_at, renewed_at, expires_at)
-    SELECT id, attempt_id, attempts, %(worker_id)s, statement_timestamp(), statement_timestamp(),
-           statement_timestamp() + make_interval(secs => %(lease_seconds)s)
-    FROM claimed
 )
--- The inserts above run to completion whether or not anything reads them.
+-- The insert above runs to completion whether or not anything reads it.
 SELECT claimed.id AS job_id, claimed.attempt_id, claimed.attempts AS token,
        claimed.task_name, claimed.args, claimed.kwargs, claimed.queue, claimed.priority,
        claimed.max_attempts, claimed.timeout, claimed.tenant, claimed.idempotency_key,
@@ -226,27 +223,14 @@ SET start = GREATEST(clock.finish, EXCLUDED.finish - EXCLUDED.claims / EXCLUDED.
 RETURNING clock.tenant
 """
 
-# Success, for a batch of reports: end the leases this worker still holds
-# under these tokens, and only for those, mark the job succeeded and the
-# attempt too; count the members of batches.
+# Success, for a batch of reports: of the jobs this worker still holds the
+# lease of under these tokens, and only of those, mark the job succeeded (its
+# lease ended) and the attempt too; count the members of batches.
 # Reports whose lease is gone are absent from the result: they are stale.
 COMPLETE = f"""
 WITH report AS (
     SELECT * FROM unnest(%(job_ids)s::uuid[], %(tokens)s::integer[], %(results)s::jsonb[])
         AS r(job_id, token, result)
-), ended AS (
-    -- Only leases whose job takes a success: then every ended lease below
-    -- has its job updated (an operator can only move a running job to
-    -- cancelling meanwhile, which takes a success too).
-    DELETE FROM django_jobs_lease AS lease
-    USING report, django_jobs_job AS current
-    WHERE lease.job_id = report.job_id
-      AND lease.token = report.token
-      AND lease.worker_id = %(worker_id)s
-      AND current.id = lease.job_id
-      AND current.attempts = lease.token
-      AND current.state IN ({_states(Transition.COMPLETE)})
-    RETURNING lease.job_id, lease.attempt_id, lease.token, current.state AS was
 ), job AS (
     UPDATE django_jobs_job AS job
     SET state = '{TRANSITIONS[Transition.COMPLETE].target}',
@@ -254,12 +238,20 @@ WITH report AS (
         finished_at = statement_timestamp(),
         updated_at = statement_timestamp(),
         last_error = '',
-        lost_streak = 0
-    FROM ended JOIN report ON report.job_id = ended.job_id
-    WHERE job.id = ended.job_id
-      AND job.attempts = ended.token
+        lost_streak = 0,
+        leased_by = NULL,
+        leased_at = NULL
+    FROM report
+    WHERE job.id = report.job_id
+      AND job.attempts = report.token
+      AND job.leased_by = %(worker_id)s
       AND job.state IN ({_states(Transition.COMPLETE)})
-    RETURNING job.id, job.batch_id
+    -- The state it left, from the row as updated: a leased job has asked
+    -- for a cancel (cancel_requested_at) exactly when it is cancelling, and
+    -- the completion leaves that column as it was.
+    RETURNING job.id, job.attempts AS token, job.batch_id,
+              CASE WHEN job.cancel_requested_at IS NULL
+                   THEN '{JobState.RUNNING}' ELSE '{JobState.CANCELLING}' END AS was
 ), member AS (
     -- Members of batches (engine/batches.py): the batch rows, locked in one
     -- order for every completer, and one more success counted in each below.
@@ -318,8 +310,9 @@ WITH report AS (
 ), attempt AS (
     UPDATE django_jobs_attempt AS attempt
     SET outcome = 'succeeded', finished_at = statement_timestamp()
-    FROM ended
-    WHERE attempt.id = ended.attempt_id AND attempt.outcome = 'running'
+    FROM job
+    WHERE attempt.job_id = job.id AND attempt.number = job.token
+      AND attempt.outcome = 'running'
     RETURNING attempt.id
 ), worker AS (
     UPDATE django_jobs_worker
@@ -330,29 +323,31 @@ WITH report AS (
 -- Each applied success with the state it left, and (on every row) the jobs
 -- it queued: the signals are sent from these rows, so connecting a receiver
 -- never moves a completion off this statement.
-SELECT ended.job_id, ended.token, job.id IS NOT NULL AS applied, ended.was,
+SELECT job.id AS job_id, job.token, job.was,
        (SELECT count(*) FROM woken) AS woken,
        (SELECT array_agg(released.id) FROM released
         WHERE released.state = '{TRANSITIONS[Transition.DEPENDENCIES_MET].target}') AS queued,
        (SELECT array_agg(counted.id) FROM counted WHERE counted.due) AS due_batches
-FROM ended LEFT JOIN job ON job.id = ended.job_id
+FROM job
 """
 
 # One completed step of a running attempt (context.step): written only while
-# this worker holds the job's lease under the attempt's token. The lease row is
-# locked FOR KEY SHARE, so a reaper, a release or a completion deleting it
-# (all of which lock it FOR UPDATE first) either goes before us — and we find
-# no lease: stale — or waits until the step is committed, and the next attempt
-# sees it. ON CONFLICT keeps an existing record of the name as it is.
-RECORD_STEP = """
+# this worker holds the job's lease under the attempt's token. The job row is
+# locked FOR KEY SHARE, so a reaper, a release or a failure's completion
+# ending the lease (all of which lock the row FOR UPDATE first) either goes
+# before us — and we find no lease: stale — or waits until the step is
+# committed, and the next attempt sees it. (A success is reported only after
+# the task returned, its steps committed; an operator's cancel need not wait.)
+# ON CONFLICT keeps an existing record of the name as it is.
+RECORD_STEP = f"""
 WITH holder AS (
-    SELECT lease.job_id
-    FROM django_jobs_lease AS lease
-    JOIN django_jobs_job AS job ON job.id = lease.job_id AND job.attempts = lease.token
-    WHERE lease.job_id = %(job_id)s
-      AND lease.token = %(token)s
-      AND lease.worker_id = %(worker_id)s
-    FOR KEY SHARE OF lease
+    SELECT job.id AS job_id
+    FROM django_jobs_job AS job
+    WHERE job.id = %(job_id)s
+      AND job.attempts = %(token)s
+      AND job.leased_by = %(worker_id)s
+      AND job.state IN ({_states(Transition.COMPLETE)})
+    FOR KEY SHARE OF job
 ), recorded AS (
     INSERT INTO django_jobs_step (job_id, name, attempt, result, recorded_at)
     SELECT job_id, %(name)s, %(token)s, %(result)s, statement_timestamp()
