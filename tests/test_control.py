@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -30,8 +32,9 @@ from django_jobs.exceptions import (
 from django_jobs.models import Attempt, Job, JobEvent, QueueEvent, RetryWindow, Worker
 from django_jobs.retry import Decision, Verdict
 from django_jobs.signals import job_cancelled, job_exhausted
+from django_jobs.testing import drain
 from django_jobs.values import Report, WorkerIdentity
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import ROOT, WorkerProcess, wait_until
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
@@ -425,3 +428,43 @@ def test_signals__worker_transitions_send_theirs(pg: None, run_burst: Callable[.
     finally:
         job_exhausted.receivers.clear()
     assert seen == [result.id]
+
+
+# -- the example of docs/control.md ----------------------------------------------------
+
+EXAMPLES = ROOT / "docs" / "examples" / "control"
+EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
+
+
+def test_docs__the_control_page_shows_the_example_file_verbatim() -> None:
+    page = (ROOT / "docs" / "control.md").read_text()
+
+    shown = {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(page)}
+
+    assert shown == {path.name: path.read_text() for path in sorted(EXAMPLES.glob("*.py"))}
+
+
+@pytest.mark.django_db
+def test_docs__the_repair_example_starts_reruns_and_retries_what_was_confirmed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    repair = importlib.import_module("repair")
+    later = tasks.noop.using(run_after=timezone.now() + timedelta(hours=1)).enqueue()
+    finished = tasks.noop.enqueue()
+    drain()
+    mail = [tasks.noop.enqueue().id for _ in range(3)]
+    Job.objects.filter(id__in=mail).update(queue="mail", state=JobState.FAILED)
+
+    repair.start_now(uuid.UUID(later.id), "ops:bob")
+    copy = repair.run_again(uuid.UUID(finished.id))
+    retried = repair.retry_failed_mail()
+
+    assert Job.objects.get(id=later.id).run_after <= timezone.now()
+    assert (copy.state, copy.task_name, copy.rerun_of) == (
+        JobState.QUEUED,
+        finished.task.module_path,
+        uuid.UUID(finished.id),
+    )
+    assert sorted(str(job_id) for job_id in retried.changed) == sorted(mail)
+    assert set(Job.objects.filter(id__in=mail).values_list("state", flat=True)) == {"queued"}
