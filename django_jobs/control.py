@@ -83,6 +83,17 @@ class MatchingResult:
         """Matched but left as they were: the verb does not apply, or they moved first."""
         return self.matched - len(self.changed)
 
+    def report(self, verb: str) -> dict[str, Any]:
+        """As the API answers it and ``jobs VERB --json`` prints it: counts, and reruns' ids."""
+        return {
+            "verb": verb,
+            "matched": self.matched,
+            "applicable": self.applicable,
+            "changed": len(self.changed),
+            "skipped": self.skipped,
+            "reruns": {str(k): v for k, v in self.reruns.items()},
+        }
+
 
 def actor_name(actor: Any) -> str:
     """A user (its username), or any string ("cron", "api:token-7")."""

@@ -294,15 +294,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return Response(StaleCountSerializer(body).data, status=409)
         except refusals.REFUSED as exc:
             return refusals.answer(exc)
-        data = {
-            "verb": verb.name,
-            "matched": result.matched,
-            "applicable": result.applicable,
-            "changed": len(result.changed),
-            "skipped": result.skipped,
-            "reruns": {str(k): v for k, v in result.reruns.items()},
-        }
-        return Response(BulkResultSerializer(data).data)
+        return Response(BulkResultSerializer(result.report(verb.name)).data)
 
 
 class QueueStatsView(APIView):

@@ -170,18 +170,7 @@ def _apply_to_filter(command: BaseCommand, backend: JobsBackend, options: dict[s
     except OperatorRequestError as exc:  # a stale count, the actor, the note
         raise CommandError(str(exc)) from None
     if options["json"]:
-        command.stdout.write(
-            render.document(
-                {
-                    "verb": verb.name,
-                    "matched": result.matched,
-                    "applicable": result.applicable,
-                    "changed": len(result.changed),
-                    "skipped": result.skipped,
-                    "reruns": {str(k): v for k, v in result.reruns.items()},
-                }
-            )
-        )
+        command.stdout.write(render.document(result.report(verb.name)))
         return
     for original, copy in result.reruns.items():
         command.stdout.write(f"{original}  rerun as {copy}")
