@@ -31,6 +31,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -155,13 +156,20 @@ def _workers(backend: JobsBackend, host: str, report: Report) -> list[Worker]:
 
 
 def _process_exists(pid: int) -> bool:
+    """Whether ``pid`` still runs. A zombie does not: a worker killed with its
+    supervisor stays one until the host's init reaps it, and it is gone, not stuck.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's process: it exists
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS, BSD): os.kill's answer stands
         return True
-    return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _listen(backend: JobsBackend, live: list[Worker]) -> Check:

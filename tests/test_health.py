@@ -16,11 +16,13 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db.models import F
 
+from django_jobs.health import _process_exists
 from django_jobs.models import Worker
 from tests.conftest import ROOT, WorkerProcess, subprocess_env, wait_until
 from tests.testapp import tasks
@@ -79,6 +81,20 @@ def test_health__a_killed_worker_turns_ok_into_critical_once_its_heartbeat_is_st
         f"CRITICAL: no worker of backend 'watched' on host {socket.gethostname()} has "
         "heartbeated in the last 2s; 1 gone without stopping"
     )
+
+
+def test_process_exists__a_zombie_counts_as_gone() -> None:
+    # What a worker killed with its supervisor is until the host's init reaps it.
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        stat = Path(f"/proc/{pid}/stat")
+        wait_until(lambda: stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+        assert _process_exists(pid) is False
+    finally:
+        os.waitpid(pid, 0)
 
 
 def test_health__an_unreachable_database_is_critical(pg: None, unreachable_database: None) -> None:
