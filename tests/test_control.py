@@ -300,19 +300,25 @@ def test_verbs__bulk_reports_changed_and_refused_with_reasons(pg: None) -> None:
 
 
 def test_apply_matching__walks_the_filter_in_batches_and_counts_what_it_skipped(
-    pg: None,
+    alias: str,
 ) -> None:
-    ids = [uuid.UUID(tasks.add.enqueue(i, i).id) for i in range(5)]
-    Job.objects.filter(id__in=ids[:4]).update(state=JobState.FAILED)
+    ids = [uuid.UUID(tasks.add.using(backend=alias).enqueue(i, i).id) for i in range(5)]
+    jobs = Job.objects.using(alias)
+    jobs.filter(id__in=ids[:4]).update(state=JobState.FAILED)
 
     result = control.apply_matching(
-        "retry", Job.objects.filter(id__in=ids), actor="ops", expected=5, batch_size=2
+        "retry",
+        jobs.filter(id__in=ids),
+        actor="ops",
+        expected=5,
+        batch_size=2,
+        backend=alias,
     )
 
     assert (result.matched, result.applicable, result.skipped) == (5, 4, 1)
     assert sorted(result.changed) == sorted(ids[:4])
-    assert set(Job.objects.values_list("state", flat=True)) == {JobState.QUEUED}
-    assert JobEvent.objects.filter(transition="retry").count() == 4
+    assert set(jobs.values_list("state", flat=True)) == {JobState.QUEUED}
+    assert JobEvent.objects.using(alias).filter(transition="retry").count() == 4
 
 
 @pytest.mark.parametrize(
