@@ -62,7 +62,7 @@ def time_claims(queue: str, batch: int, claims: int) -> list[float]:
     for _ in range(claims):
         start = time.perf_counter()
         with transaction.atomic():
-            got = engine_for("default", rules).claim(me, [queue], batch, 30.0)
+            got = engine_for("default", rules).claim(me, [queue], batch)
         times.append((time.perf_counter() - start) * 1000)
         reports = [Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED) for c in got]
         engine_for("default", rules).finish(me.id, reports)

@@ -61,7 +61,7 @@ def main() -> None:
     engine = backend.engine
     noop_task.enqueue()
     me = WorkerIdentity(uuid.uuid4(), "benchmarks.steps")
-    [claimed] = engine.claim(me, ["default"], 1, lease_seconds=3600)
+    [claimed] = engine.claim(me, ["default"], 1)
     limit = backend.settings.MAX_RESULT_BYTES
 
     def attempt(token: int) -> Steps:

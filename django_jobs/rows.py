@@ -39,8 +39,9 @@ def new_job(
     concurrency_key: str | None,
     max_attempts: int,
     timeout: float | None,
+    now: datetime | None = None,
 ) -> Job:
-    now = timezone.now()
+    now = now or timezone.now()
     given = {
         "id": uuid.uuid4(),
         "backend": backend,

@@ -49,7 +49,6 @@ class Claimed:
     backend: str
     enqueued_at: datetime
     started_at: datetime
-    lease_expires_at: datetime
     # The previous attempt was lost: it may be what crashed its worker.
     suspect: bool = False
     # The enqueuer's trace context, when it was traced (tracing.py).

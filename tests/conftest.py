@@ -225,7 +225,7 @@ def one_slot_fair_order(db: str, backend: str, queue: str, options: dict[str, An
     noop = tasks.noop.using(backend=backend, queue_name=queue)
 
     def claim_one() -> list[str]:
-        got = engine_for(db, fair).claim(me, [queue], 1, 30.0)
+        got = engine_for(db, fair).claim(me, [queue], 1)
         done = [Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED) for c in got]
         engine_for(db, fair).finish(me.id, done)
         return [c.tenant for c in got]

@@ -256,7 +256,7 @@ def test_check_result__returns_the_stored_form_and_names_the_return_value() -> N
 def run_one(alias: str) -> None:
     """Claim the one queued job, run it with the worker's runner, and record the outcome."""
     backend = jobs_backend(alias)
-    [claimed] = backend.engine.claim(ME, ["default"], 1, 30.0)
+    [claimed] = backend.engine.claim(ME, ["default"], 1)
     report = TaskRunner(backend, ME.id).run(claimed, AttemptControl(claimed.timeout))
     backend.engine.finish(ME.id, [report])
 
@@ -341,7 +341,7 @@ def test_arguments__a_row_with_an_unknown_tag_fails_without_calling_the_task(ali
         enqueued_at=now,
         updated_at=now,
     )
-    [claimed] = backend.engine.claim(ME, ["default"], 1, 30.0)
+    [claimed] = backend.engine.claim(ME, ["default"], 1)
 
     report = TaskRunner(backend, ME.id).run(claimed, AttemptControl(claimed.timeout))
 

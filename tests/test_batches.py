@@ -148,7 +148,7 @@ def test_batch__a_member_whose_last_attempt_is_lost_counts_as_failed(alias: str)
         tasks.sleeps.using(backend=alias).enqueue(1.0)  # max_attempts=1
     worker = WorkerIdentity(uuid.uuid4(), "test:1")
     engine = engine_for(alias)
-    engine.claim(worker, ["default"], 1, lease_seconds=30)
+    engine.claim(worker, ["default"], 1)
 
     engine.release_worker(worker.id, "killed")
 

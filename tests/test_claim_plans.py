@@ -84,7 +84,7 @@ def test_claim__reads_only_the_heads_of_its_index_when_statistics_were_taken_on_
     with statement_plans() as plans:
         for _ in range(8):  # prepared statements switch to a generic plan after five
             with transaction.atomic():
-                batches.append(len(engine_for("default", rules).claim(me, ["other"], batch, 30.0)))
+                batches.append(len(engine_for("default", rules).claim(me, ["other"], batch)))
     worst = max(plans, key=job_rows_read)
     assert batches == [batch] * 8
     assert job_rows_read(worst) < 2_000, json.dumps(worst, indent=1)

@@ -208,7 +208,7 @@ def test_deadline__a_job_not_started_in_time_expires_and_never_runs(
 def test_claim__skips_a_job_whose_deadline_has_passed(pg: None) -> None:
     tasks.add.using(expires_at=timezone.now() - timedelta(seconds=1)).enqueue(1, 2)
     me = WorkerIdentity(uuid.uuid4(), "test")
-    assert engine_for("default").claim(me, ["default"], 10, lease_seconds=5) == []
+    assert engine_for("default").claim(me, ["default"], 10) == []
 
 
 def test_backpressure__enqueue_beyond_the_queue_depth_is_refused(pg: None) -> None:
@@ -246,7 +246,7 @@ def test_retry_budget__retries_beyond_the_budget_are_pushed_to_later_windows(pg:
     me = WorkerIdentity(uuid.uuid4(), "test")
     for n in range(5):
         tasks.add.enqueue(n, n)
-    claimed = engine_for("default").claim(me, ["default"], 5, lease_seconds=30)
+    claimed = engine_for("default").claim(me, ["default"], 5)
     reports = [
         failing_report(Job.objects.get(id=c.job_id), Attempt.objects.get(pk=c.attempt_id))
         for c in claimed
@@ -420,7 +420,7 @@ def test_signals__worker_transitions_send_theirs(pg: None, run_burst: Callable[.
     try:
         me = WorkerIdentity(uuid.uuid4(), "test")
         result = tasks.always_fails.enqueue("x")
-        [claimed] = engine_for("default").claim(me, ["default"], 1, lease_seconds=30)
+        [claimed] = engine_for("default").claim(me, ["default"], 1)
         report = Report(
             claimed.job_id,
             claimed.token,

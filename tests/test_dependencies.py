@@ -38,7 +38,7 @@ def state_of(result: Any) -> tuple[str, int]:
 
 
 def claim_all() -> list[Claimed]:
-    return engine_for(DB).claim(ME, ["default"], 100, lease_seconds=30)
+    return engine_for(DB).claim(ME, ["default"], 100)
 
 
 def succeed(claimed: list[Claimed], worker: WorkerIdentity = ME) -> None:
@@ -267,7 +267,7 @@ def _finish_what_you_claim(results: Any) -> None:
     connections.close_all()
     me = WorkerIdentity(uuid.uuid4(), "proc")
     done = 0
-    while batch := engine_for(DB).claim(me, ["default"], 5, lease_seconds=30):
+    while batch := engine_for(DB).claim(me, ["default"], 5):
         succeed(batch, me)
         done += len(batch)
     results.put(done)

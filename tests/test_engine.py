@@ -166,7 +166,7 @@ def test_finish__applies_only_from_the_states_the_table_allows(
 @pytest.mark.parametrize("state", list(JobState))
 def test_claim__takes_only_queued_jobs(alias: str, state: JobState) -> None:
     make_job(alias, state, attempts=0)
-    claimed = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    claimed = engine_for(alias).claim(ME, QUEUES, 10)
     assert len(claimed) == (1 if state is JobState.QUEUED else 0)
 
 
@@ -231,9 +231,9 @@ def test_operate__run_now_refuses_a_queued_job_already_due(alias: str) -> None:
 
 def test_operate__run_now_makes_a_scheduled_job_claimable_at_once(alias: str) -> None:
     job = make_job(alias, JobState.QUEUED, run_after_seconds=3600)
-    before = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    before = engine_for(alias).claim(ME, QUEUES, 10)
     engine_for(alias).operate(job.id, "run_now", "ops")
-    after = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    after = engine_for(alias).claim(ME, QUEUES, 10)
     event = JobEvent.objects.using(alias).get(job=job)
     assert (before, [c.job_id for c in after]) == ([], [job.id])
     assert (event.transition, event.from_state, event.to_state) == ("run_now", "queued", "queued")
@@ -280,7 +280,7 @@ def test_claim__orders_by_priority_then_age_and_skips_future_jobs(alias: str) ->
     old_high = make_job(alias, priority=5, run_after_seconds=-20)
     make_job(alias, priority=100, run_after_seconds=+60)
     make_job(alias, priority=100, queue="other")
-    claimed = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    claimed = engine_for(alias).claim(ME, QUEUES, 10)
     assert [c.job_id for c in claimed] == [old_high.id, new_high.id, old_low.id]
 
 
@@ -290,13 +290,13 @@ def test_claim__in_a_long_transaction_takes_jobs_due_since_it_began(alias: str) 
         Job.objects.using(alias).count()  # the transaction has begun
         time.sleep(0.05)  # the job becomes due only after it began
         job = make_job(alias, run_after_seconds=0)
-        claimed = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+        claimed = engine_for(alias).claim(ME, QUEUES, 10)
     assert [c.job_id for c in claimed] == [job.id]
 
 
 def test_claim__writes_attempt_and_lease_with_the_attempt_number_as_token(alias: str) -> None:
     job = make_job(alias, attempts=2, max_attempts=5)
-    [claimed] = engine_for(alias).claim(ME, QUEUES, 10, lease_seconds=10)
+    [claimed] = engine_for(alias).claim(ME, QUEUES, 10)
     row = Job.objects.using(alias).get(id=job.id)
     attempt = Attempt.objects.using(alias).get(job=job)
     assert (claimed.token, row.attempts, attempt.number) == (3, 3, 3)
@@ -354,7 +354,7 @@ def test_reap__fences_the_old_holder_out(alias: str) -> None:
     engine = engine_for(alias)
     engine.reap()
     other = WorkerIdentity(uuid.uuid4(), "other:1")
-    [again] = engine.claim(other, QUEUES, 1, lease_seconds=10)
+    [again] = engine.claim(other, QUEUES, 1)
 
     renewed = engine.renew(ME.id, [(job.id, 1)], {(job.id, 1): Progress(1, 2, "late")})
     step = engine.record_step(ME.id, job.id, 1, "charge", "late")
@@ -425,7 +425,7 @@ def test_record_step__refuses_an_attempt_that_no_longer_holds_the_lease(alias: s
     job = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
     engine = engine_for(alias)
     engine.reap()
-    [again] = engine.claim(ME, QUEUES, 1, lease_seconds=10)
+    [again] = engine.claim(ME, QUEUES, 1)
     other = uuid.uuid4()
     refused = [
         engine.record_step(ME.id, job.id, 1, "charge", "old token"),
@@ -441,7 +441,7 @@ def test_finish__rejects_an_old_token_after_the_job_was_reclaimed(alias: str) ->
     job = make_job(alias, JobState.RUNNING, attempts=1, leased_by=ME, lease_expired=True)
     old = report_for(job, Transition.COMPLETE)
     engine_for(alias).reap()
-    [again] = engine_for(alias).claim(ME, QUEUES, 1, lease_seconds=10)
+    [again] = engine_for(alias).claim(ME, QUEUES, 1)
     done = engine_for(alias).finish(ME.id, [old])
     assert (again.token, done.stale) == (2, [old])
     row = Job.objects.using(alias).get()
@@ -582,7 +582,7 @@ EVENTS: dict[str, tuple[Any, frozenset[JobState]]] = {
     **{f"report {t}": (_report(t), LEASED) for t in WORKER_REPORTS},
     "reap": (_reap, LEASED),
     "reap, poison": (_poison, LEASED),
-    "claim": (lambda job: engine_of(job).claim(ME, QUEUES, 1, 10), frozenset({JobState.QUEUED})),
+    "claim": (lambda job: engine_of(job).claim(ME, QUEUES, 1), frozenset({JobState.QUEUED})),
     "expire": (lambda job: engine_of(job).expire_overdue(), frozenset({JobState.QUEUED})),
 }
 

@@ -41,7 +41,7 @@ def test_claim_and_complete__are_prepared_statements_only_when_asked(
 ) -> None:
     make_job(DB)
     rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": prepare})
-    [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10, 10)
+    [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10)
     success = Report(claimed.job_id, claimed.token, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
     done = engine_for(DB, rules).finish(ME.id, [success])
     prepared = " ".join(_prepared_statements())
@@ -58,7 +58,7 @@ def test_claim_and_complete__are_prepared_statements_only_when_asked(
 
 def test_prepared_statements__leave_other_queries_on_the_connection_unprepared(pg: None) -> None:
     make_job(DB)
-    engine_for(DB).claim(ME, QUEUES, 10, 10)
+    engine_for(DB).claim(ME, QUEUES, 10)
     # A server-binding cursor (Django's, with server_side_binding) could prepare
     # on its own; the threshold set for the claim must never let it.
     with psycopg.Cursor(connections[DB].connection) as cursor:
@@ -142,7 +142,7 @@ def _claim_all(results: Any) -> None:
     connections.close_all()
     me = WorkerIdentity(uuid.uuid4(), "proc")
     mine: list[str] = []
-    while batch := engine_for(DB).claim(me, QUEUES, 7, lease_seconds=30):
+    while batch := engine_for(DB).claim(me, QUEUES, 7):
         mine.extend(str(c.job_id) for c in batch)
     results.put(mine)
     connections.close_all()
@@ -197,7 +197,7 @@ def test_completion__a_plan_made_on_empty_tables_still_uses_the_indexes_when_the
         cursor.execute("ANALYZE django_jobs_job, django_jobs_attempt")
     for _ in range(8):  # past PostgreSQL's five custom plans: the generic one from now on
         make_job(DB)
-        [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10, 10)
+        [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10)
         success = Report(claimed.job_id, 1, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
         engine_for(DB, rules).finish(ME.id, [success])
     history = make_job(DB, JobState.SUCCEEDED, attempts=1)
@@ -210,7 +210,7 @@ def test_completion__a_plan_made_on_empty_tables_still_uses_the_indexes_when_the
             [history.id, ME.id],
         )
     make_job(DB)
-    [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10, 10)
+    [claimed] = engine_for(DB, rules).claim(ME, QUEUES, 10)
     success = Report(claimed.job_id, 1, claimed.attempt_id, AttemptOutcome.SUCCEEDED)
 
     with transaction.atomic(using=DB):
@@ -225,13 +225,12 @@ def test_claim__a_pinned_session_never_compiles_its_statements(pg: None) -> None
     """Disabled scans cost 10^10 to the planner: without JIT off, that compiles every claim."""
     rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
     make_job(DB)
-    engine_for(DB, rules).claim(ME, QUEUES, 10, 10)  # pins the session's plans
+    engine_for(DB, rules).claim(ME, QUEUES, 10)  # pins the session's plans
     params = {
         "queues": list(QUEUES),
         "limit": 10,
         "worker_id": ME.id,
         "worker_name": ME.name,
-        "lease_seconds": 10,
     }
 
     with connections[DB].cursor() as cursor:

@@ -98,7 +98,6 @@ def claim_of(
         backend="fast",
         enqueued_at=now,
         started_at=now,
-        lease_expires_at=now + timedelta(seconds=2),
         suspect=suspect,
     )
 

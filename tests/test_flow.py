@@ -39,7 +39,7 @@ def rules() -> JobsOptions:
 
 def claim(queues: Sequence[str], limit: int = 10) -> list[Claimed]:
     me = WorkerIdentity(uuid.uuid4(), "test")
-    return engine_for("default", rules()).claim(me, queues, limit, 30.0)
+    return engine_for("default", rules()).claim(me, queues, limit)
 
 
 def most_at_once(probes: Sequence[Probe]) -> int:
@@ -148,9 +148,7 @@ def test_key_limits__a_long_run_of_one_key_does_not_hold_back_the_other_keys(
         keyed.using(concurrency_key=f"k{n}").enqueue()
     limits = JobsOptions.from_mapping("flow", options)
     me = WorkerIdentity(uuid.uuid4(), "keys")
-    claimed = [
-        c for _ in range(2) for c in engine_for("default", limits).claim(me, ["keyed"], 10, 30.0)
-    ]
+    claimed = [c for _ in range(2) for c in engine_for("default", limits).claim(me, ["keyed"], 10)]
     keys = Counter(
         Job.objects.filter(id__in=[c.job_id for c in claimed]).values_list(
             "concurrency_key", flat=True
@@ -201,7 +199,7 @@ def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
     me = WorkerIdentity(uuid.uuid4(), "test")
     order: list[str] = []
     while len(order) < 200:
-        order += [c.tenant for c in engine_for("default", weighted).claim(me, ["fair"], 10, 30.0)]
+        order += [c.tenant for c in engine_for("default", weighted).claim(me, ["fair"], 10)]
     assert Counter(order[:200]) == {"gold": 150, "basic": 50}
 
 

@@ -86,7 +86,6 @@ def failed_attempt() -> tuple[Claimed, Report]:
         backend="default",
         enqueued_at=now,
         started_at=now,
-        lease_expires_at=now,
     )
     try:
         raise ConnectionError("card processor unreachable")

@@ -79,40 +79,35 @@ class Engine(ABC):
         worker: WorkerIdentity,
         queues: Sequence[str],
         limit: int,
-        lease_seconds: float | None = None,
     ) -> list[Claimed]:
         """Lease up to ``limit`` ready jobs of ``queues``, highest priority then oldest.
 
         Each claimed job is ``running`` with one attempt, and leased to
         ``worker`` on its row, fenced by its token; the task runs after the
-        claim commits, outside any transaction of ours. ``lease_seconds`` only
-        dates ``Claimed.lease_expires_at``: the lease lives as long as the
-        worker heartbeats (``reap``). Paused queues are skipped. Queues with flow
+        claim commits, outside any transaction of ours. The lease lives as long
+        as the worker heartbeats (``reap``). Paused queues are skipped. Queues with flow
         control (limits, fairness, rates) are claimed one by one after the
         others, so their limits hold across every worker; priority therefore
         orders jobs within that split, not across it.
         """
         if limit < 1:
             return []
-        lease = lease_seconds or self.options.LEASE_SECONDS
         plain = [q for q in queues if not self.options.constrained(q)]
-        got = self.claim_plain(worker, plain, limit, lease) if plain else []
+        got = self.claim_plain(worker, plain, limit) if plain else []
         for queue in queues:
             if len(got) < limit and queue not in plain:
-                got += self.claim_flow(worker, queue, limit - len(got), lease)
+                got += self.claim_flow(worker, queue, limit - len(got))
         return got
 
     @abstractmethod
     def claim_plain(
-        self, worker: WorkerIdentity, queues: Sequence[str], limit: int, lease_seconds: float
+        self, worker: WorkerIdentity, queues: Sequence[str], limit: int
     ) -> list[Claimed]:
         """Claim from queues without flow control."""
 
-    def claim_flow(
-        self, worker: WorkerIdentity, queue: str, limit: int, lease_seconds: float
-    ) -> list[Claimed]:
+    def claim_flow(self, worker: WorkerIdentity, queue: str, limit: int) -> list[Claimed]:
         """Claim from one flow-controlled queue (``flow.py``)."""
-        return flow.claim_constrained(self, worker, queue, limit, lease_seconds)
+        return flow.claim_constrained(self, worker, queue, limit)
 
     @abstractmethod
     def lock_queue(self, queue: str) -> None:

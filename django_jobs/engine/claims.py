@@ -8,7 +8,6 @@ plain queues in one statement instead (``postgres/statements.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F, Value
@@ -44,7 +43,7 @@ CLAIM_FIELDS = (
 
 
 def claim_plain(
-    db: str, worker: WorkerIdentity, queues: Sequence[str], limit: int, lease_seconds: float
+    db: str, worker: WorkerIdentity, queues: Sequence[str], limit: int
 ) -> list[Claimed]:
     """Claim from queues without flow control: highest priority, then oldest first."""
     with transaction.atomic(using=db):
@@ -55,12 +54,10 @@ def claim_plain(
             .order_by("-priority", "run_after")
             .only(*CLAIM_FIELDS)[:limit]
         )
-        return lease(db, worker, rows, lease_seconds)
+        return lease(db, worker, rows)
 
 
-def lease(
-    db: str, worker: WorkerIdentity, rows: Sequence[Job], lease_seconds: float
-) -> list[Claimed]:
+def lease(db: str, worker: WorkerIdentity, rows: Sequence[Job]) -> list[Claimed]:
     """Mark locked, queued rows running, leased to ``worker``, and give each an attempt.
 
     The lease is on the row (``leased_by``, ``leased_at``), written by the
@@ -69,7 +66,6 @@ def lease(
     if not rows:
         return []
     now = timezone.now()
-    expires = now + timedelta(seconds=lease_seconds)
     # By primary key alone, for the same reason as the lock: the rows are
     # locked by this transaction and were queued when it locked them.
     updated = (
@@ -118,7 +114,6 @@ def lease(
             backend=r.backend,
             enqueued_at=r.enqueued_at,
             started_at=r.started_at or now,
-            lease_expires_at=expires,
             suspect=r.lost_streak > 0,
             trace_context=r.trace_context,
         )

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def claim_constrained(
-    engine: Engine, worker: WorkerIdentity, queue: str, limit: int, lease_seconds: float
+    engine: Engine, worker: WorkerIdentity, queue: str, limit: int
 ) -> list[Claimed]:
     """Claim from one flow-controlled queue: limits counted under a per-queue lock.
 
@@ -107,7 +107,7 @@ def claim_constrained(
                 )
         if fair and rows:
             engine.record_served_on_commit(queue, fairness.served(fair[row.id] for row in rows))
-        return lease(db, worker, rows, lease_seconds)
+        return lease(db, worker, rows)
 
 
 def fair_candidates(

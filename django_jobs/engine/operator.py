@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from ..exceptions import InvalidTransitionError, JobNotFoundError, LockedRowChangedError
 from ..models import Dependency, Job, JobEvent, QueueEvent, QueueState
+from ..rows import new_job
 from ..signals import send_on_commit
 from ..states import JobState, Transition, allowed
 from ..values import Operated
@@ -145,38 +146,34 @@ def _refusal(verb: Verb, job: Job) -> InvalidTransitionError:
     )
 
 
-# What a rerun copies: the work and where and for whom it runs. Not the
-# idempotency key (the copy is meant to be a second job), nor the deadline
-# or the dependencies (the operator wants it to run now), nor anything the
-# original's attempts wrote.
-_RERUN_COPIES = (
-    "backend",
-    "task_name",
-    "task_version",
-    "args",
-    "kwargs",
-    "queue",
-    "priority",
-    "tenant",
-    "concurrency_key",
-    "timeout",
-    "attempt_budget",
-)
-
-
 def _rerun(db: str, original: Job, actor: str, note: str, now: datetime) -> Operated:
-    """A new queued job copied from ``original``; an event on each names the other."""
-    copy = Job(
-        id=uuid.uuid4(),
-        **{name: getattr(original, name) for name in _RERUN_COPIES},
-        initiator=actor[:255],
-        dedup_scope=original.dedup_scope,
-        max_attempts=original.attempt_budget,
+    """A new queued job copied from ``original``; an event on each names the other.
+
+    The copy keeps the work and where and for whom it runs. Not the idempotency
+    or unique key (it is meant to be a second job), nor the deadline or the
+    dependencies (the operator wants it to run now), nor anything the
+    original's attempts wrote.
+    """
+    copy = new_job(
+        backend=original.backend,
+        task_name=original.task_name,
+        task_version=original.task_version,
+        args=original.args,
+        kwargs=original.kwargs,
+        queue=original.queue,
+        priority=original.priority,
         run_after=now,
-        enqueued_at=now,
-        updated_at=now,
-        rerun_of=original.id,
+        expires_at=None,
+        tenant=original.tenant,
+        initiator=actor[:255],
+        idempotency_key=None,
+        unique_key=None,
+        concurrency_key=original.concurrency_key,
+        max_attempts=original.attempt_budget,
+        timeout=original.timeout,
+        now=now,
     )
+    copy.rerun_of = original.id
     copy.save(using=db, force_insert=True)
     why = f": {note}" if note else ""
     state = JobState(original.state)

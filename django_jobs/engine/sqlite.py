@@ -42,9 +42,9 @@ WHERE turn <= %(k)s
 
 class SqliteEngine(Engine):
     def claim_plain(
-        self, worker: WorkerIdentity, queues: Sequence[str], limit: int, lease_seconds: float
+        self, worker: WorkerIdentity, queues: Sequence[str], limit: int
     ) -> list[Claimed]:
-        return claims.claim_plain(self.db, worker, queues, limit, lease_seconds)
+        return claims.claim_plain(self.db, worker, queues, limit)
 
     def lock_queue(self, queue: str) -> None:
         """Nothing to do: BEGIN IMMEDIATE already serialises every claim."""

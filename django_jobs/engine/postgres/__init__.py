@@ -36,15 +36,13 @@ class PostgresEngine(Engine):
     # -- claim -----------------------------------------------------------------
 
     def claim_plain(
-        self, worker: WorkerIdentity, queues: Sequence[str], limit: int, lease_seconds: float
+        self, worker: WorkerIdentity, queues: Sequence[str], limit: int
     ) -> list[Claimed]:
-        return self._claim(statements.CLAIM, worker, queues, limit, lease_seconds)
+        return self._claim(statements.CLAIM, worker, queues, limit)
 
-    def claim_flow(
-        self, worker: WorkerIdentity, queue: str, limit: int, lease_seconds: float
-    ) -> list[Claimed]:
+    def claim_flow(self, worker: WorkerIdentity, queue: str, limit: int) -> list[Claimed]:
         if not self.options.only_fair(queue):
-            return super().claim_flow(worker, queue, limit, lease_seconds)
+            return super().claim_flow(worker, queue, limit)
         # Fairness needs no counts kept exact, so no lock: one statement.
         weights = self.options.FAIR_QUEUES[queue]
         fair = {
@@ -52,7 +50,7 @@ class PostgresEngine(Engine):
             "weight_tenants": list(weights),
             "weights": [float(w) for w in weights.values()],
         }
-        return self._claim(statements.CLAIM_FAIR, worker, [queue], limit, lease_seconds, fair)
+        return self._claim(statements.CLAIM_FAIR, worker, [queue], limit, fair)
 
     def _claim(
         self,
@@ -60,7 +58,6 @@ class PostgresEngine(Engine):
         worker: WorkerIdentity,
         queues: Sequence[str],
         limit: int,
-        lease_seconds: float,
         fair: Mapping[str, Any] | None = None,
     ) -> list[Claimed]:
         params: dict[str, Any] = {
@@ -68,7 +65,6 @@ class PostgresEngine(Engine):
             "limit": limit,
             "worker_id": worker.id,
             "worker_name": worker.name,
-            "lease_seconds": lease_seconds,
             **(fair or {}),
         }
         # One statement, so atomic by itself: in autocommit it is its own
@@ -298,7 +294,6 @@ def _claimed(row: Row) -> Claimed:
         backend=row["backend"],
         enqueued_at=row["enqueued_at"],
         started_at=row["started_at"],
-        lease_expires_at=row["lease_expires_at"],
         suspect=row["lost_streak"] > 0,
         trace_context=_json(row["trace_context"]),
     )

@@ -181,7 +181,6 @@ SELECT claimed.id AS job_id, claimed.attempt_id, claimed.attempts AS token,
        claimed.task_name, claimed.args, claimed.kwargs, claimed.queue, claimed.priority,
        claimed.max_attempts, claimed.timeout, claimed.tenant, claimed.idempotency_key,
        claimed.backend, claimed.enqueued_at, claimed.started_at,
-       statement_timestamp() + make_interval(secs => %(lease_seconds)s) AS lease_expires_at,
        claimed.lost_streak, claimed.trace_context{to_result}
 FROM claimed
 ORDER BY claimed.priority DESC, claimed.run_after
