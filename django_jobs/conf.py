@@ -50,6 +50,10 @@ class JobsOptions:
     LEASE_SECONDS: float = 10.0
     HEARTBEAT_SECONDS: float = 2.0
     REAP_SECONDS: float = 2.0
+    # A table of ours that gained this many dead row versions since its latest
+    # vacuum is vacuumed by a worker (docs/operations.md#dead-rows); 0: never,
+    # autovacuum alone keeps the tables.
+    VACUUM_DEAD_ROWS: int = 100_000
     # How often an idle worker looks for work when no notification arrives.
     POLL_SECONDS: float = 1.0
     # LISTEN/NOTIFY wake-ups on PostgreSQL; turn off behind a transaction pooler.
@@ -180,8 +184,9 @@ class JobsOptions:
         ):
             if getattr(self, name) <= 0:
                 raise _bad(f"{where}[{name!r}] must be positive.")
-        if self.UNKNOWN_TASK_GRACE < 0:
-            raise _bad(f"{where}['UNKNOWN_TASK_GRACE'] must not be negative.")
+        for name in ("UNKNOWN_TASK_GRACE", "VACUUM_DEAD_ROWS"):
+            if getattr(self, name) < 0:
+                raise _bad(f"{where}[{name!r}] must not be negative.")
         if self.HEARTBEAT_SECONDS * 2 > self.LEASE_SECONDS:
             raise _bad(
                 f"{where}: HEARTBEAT_SECONDS ({self.HEARTBEAT_SECONDS}) must be at most half "

@@ -127,6 +127,15 @@ class Renewed:
     cancelling: set[tuple[uuid.UUID, int]]  # held leases whose job was asked to cancel
 
 
+@dataclass(frozen=True, slots=True)
+class DeadRows:
+    """One of our tables' dead row versions as the database counts them, and its latest vacuum."""
+
+    table: str
+    dead: int
+    vacuumed_at: datetime | None  # by anyone: a worker, autovacuum, an operator
+
+
 class StepWrite(enum.StrEnum):
     """What became of a step an attempt asked the engine to record."""
 

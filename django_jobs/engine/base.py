@@ -47,6 +47,7 @@ from ..models import Job
 from ..unique import EnqueueOutcome, UniqueRule
 from ..values import (
     Claimed,
+    DeadRows,
     Finished,
     Operated,
     Progress,
@@ -212,6 +213,18 @@ class Engine(ABC):
     def expire_overdue(self, batch: int = 500) -> int:
         """Move queued jobs past their ``expires_at`` to ``expired``."""
         return leases.expire_overdue(self.db, batch)
+
+    def dead_rows(self) -> list[DeadRows]:
+        """Our tables' dead row versions, where the database counts them and we may vacuum."""
+        return []
+
+    def vacuum(self, table: str) -> bool:
+        """Vacuum one of our tables now, unless something else is; whether this did.
+
+        Runs outside any transaction (VACUUM cannot run in one), on the calling
+        thread's connection, which another thread may cancel.
+        """
+        raise NotImplementedError(f"{type(self).__name__} counts no dead rows to vacuum")
 
     def register_worker(
         self,

@@ -4,8 +4,9 @@ Every ``HEARTBEAT_SECONDS`` it renews the leases of the running attempts (also
 those whose outcome waits to be written: the job is still ours), writes the
 progress tasks set since the last beat (one write per beat, however chatty the
 task), hands cancel requests to the attempts, and notices leases the database
-no longer has. Every ``REAP_SECONDS`` it reaps expired leases of dead workers
-and expires queued jobs past their deadline. It runs on a thread and a
+no longer has. Every ``REAP_SECONDS`` it reaps expired leases of dead workers,
+expires queued jobs past their deadline and sees whether a table of ours needs
+a vacuum (``vacuum.py``). It runs on a thread and a
 connection of its own so that a long claim or a slow batch of outcomes never
 delays a renewal past the lease.
 """
@@ -26,6 +27,7 @@ from ..logging import job_fields
 from .faults import Faults
 from .pulse import Pulse
 from .running import Key, Running
+from .vacuum import Vacuums
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -53,6 +55,7 @@ class Lifeline(threading.Thread):
         self.pulse = pulse
         # Reapers of many workers start at random moments, not all at once.
         self.next_reap = time.monotonic() + random.random() * settings.REAP_SECONDS
+        self.vacuums = Vacuums(engine, settings.VACUUM_DEAD_ROWS)
 
     @property
     def lost_leases(self) -> set[Key]:
@@ -71,6 +74,7 @@ class Lifeline(threading.Thread):
                 self.faults.note("heartbeat", exc)
             else:
                 self.faults.recovered()
+        self.vacuums.stop()
         connections.close_all()
 
     def beat(self) -> None:
@@ -101,8 +105,9 @@ class Lifeline(threading.Thread):
             self.reap()
 
     def reap(self) -> None:
-        """Recover the expired leases of dead workers; expire jobs past their deadline."""
+        """Recover the expired leases of dead workers; expire jobs past their deadline; vacuum."""
         reaped = self.engine.reap()
         self.engine.expire_overdue()
+        self.vacuums.check()
         if reaped:
             logger.warning("Reaped %d expired lease(s).", reaped)

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from django.apps import apps
 from django.db import connections, transaction
 from psycopg.types.json import Jsonb
 
@@ -20,7 +21,7 @@ from ...fairness import Head, served
 from ...models import Job
 from ...signals import send_on_commit, signal_listeners
 from ...states import AttemptOutcome, JobState, Transition
-from ...values import Claimed, Finished, Report, StepWrite, WorkerIdentity
+from ...values import Claimed, DeadRows, Finished, Report, StepWrite, WorkerIdentity
 from ...wakeup import CHANNEL
 from .. import batches, completion
 from ..base import Engine
@@ -203,6 +204,24 @@ class PostgresEngine(Engine):
         return StepWrite.RECORDED if rows[0]["recorded"] else StepWrite.DUPLICATE
 
     # -- operators -------------------------------------------------------------
+
+    def dead_rows(self) -> list[DeadRows]:
+        tables = [model._meta.db_table for model in apps.get_app_config("django_jobs").get_models()]
+        rows = fetch(self.db, statements.DEAD_ROWS, {"tables": tables}, prepare=False)
+        return [DeadRows(row["table_name"], row["dead"], row["vacuumed_at"]) for row in rows]
+
+    def vacuum(self, table: str) -> bool:
+        wrapper = connections[self.db]
+        if wrapper.in_atomic_block:
+            raise RuntimeError("VACUUM cannot run inside a transaction (atomic block)")
+        with wrapper.cursor() as cursor:
+            cursor.execute(statements.VACUUM_COUNT, [table])
+            (before,) = cursor.fetchone()
+            # SKIP_LOCKED: if autovacuum or another worker is at it, it is in hand.
+            cursor.execute(f"VACUUM (SKIP_LOCKED) {wrapper.ops.quote_name(table)}")
+            cursor.execute(statements.VACUUM_COUNT, [table])
+            (after,) = cursor.fetchone()
+        return bool(after > before)
 
     def estimated_rows(self, table: str) -> int | None:
         with connections[self.db].cursor() as cursor:

@@ -411,6 +411,24 @@ def insert_job(notify: bool) -> str:
 # What the planner believes a table holds: the admin's count of a huge list.
 ESTIMATED_ROWS = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
 
+# Our tables' dead row versions (the statistics collector's count) and latest
+# vacuum, for those this role may vacuum: their owner's members (superusers
+# included). Names resolve through the search path, as Django's queries do.
+DEAD_ROWS = """
+SELECT t.name AS table_name,
+       pg_stat_get_dead_tuples(c.oid) AS dead,
+       greatest(pg_stat_get_last_vacuum_time(c.oid),
+                pg_stat_get_last_autovacuum_time(c.oid)) AS vacuumed_at
+FROM unnest(%(tables)s::text[]) AS t(name)
+JOIN pg_class c ON c.oid = to_regclass(quote_ident(t.name))
+WHERE pg_has_role(c.relowner, 'USAGE')
+ORDER BY t.name
+"""
+
+# How many times a table has been vacuumed by hand (not by autovacuum): read
+# before and after our VACUUM, which skips a table another vacuum holds.
+VACUUM_COUNT = "SELECT pg_stat_get_vacuum_count(to_regclass(quote_ident(%s)))"
+
 # The dependencies of a batch of new jobs: every (new job, job it waits for).
 ADD_DEPENDENCIES = """
 INSERT INTO django_jobs_dependency (job_id, depends_on_id)
