@@ -71,6 +71,23 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
         )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sqlite_file_removed() -> Iterator[None]:
+    """The SQLite file named after this run's process goes when the run ends.
+
+    pytest-django destroys it only when a test asked for the ``sqlite``
+    database; a run that only opened it (checks look at every database) left
+    it behind in the temporary directory.
+    """
+    yield
+    if "DJANGO_JOBS_TEST_SQLITE" in os.environ:
+        return  # another process's file, passed down to this one
+    connections["sqlite"].close()
+    name = str(settings.DATABASES["sqlite"]["NAME"])
+    for path in (name, f"{name}-wal", f"{name}-shm", f"{name}-journal"):
+        Path(path).unlink(missing_ok=True)
+
+
 # Tables whose rows the migrations write and no test changes: emptying them
 # would make Django write them again (its post_migrate handlers) after every
 # transactional test.

@@ -41,4 +41,6 @@ TASKS = {
         SHUTDOWN_GRACE_SECONDS=1.0,
         WORKER_STALE_SECONDS=2.0,
     ),
+    # Vacuums a table after a few hundred dead rows, not 100,000.
+    "vacuuming": _backend(VACUUM_DEAD_ROWS=500, REAP_SECONDS=0.5),
 }

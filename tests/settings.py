@@ -156,12 +156,6 @@ TASKS = {
         "QUEUES": ["default"],
         "OPTIONS": {"FAIR_QUEUES": {"default": {}}},
     },
-    # tests/test_vacuum.py: workers vacuum after a few hundred dead rows, not 100,000.
-    "vacuuming": {
-        "BACKEND": "django_jobs.backend.JobsBackend",
-        "QUEUES": ["default"],
-        "OPTIONS": {"VACUUM_DEAD_ROWS": 500, "REAP_SECONDS": 0.5},
-    },
     "sqlite": {
         "BACKEND": "django_jobs.backend.JobsBackend",
         "QUEUES": ["default", "other"],

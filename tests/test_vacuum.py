@@ -121,7 +121,9 @@ def test_runworkers_vacuums_the_job_table_once_its_dead_rows_pass_the_bound(
 ) -> None:
     enqueue_many(noop, [((), {})] * 400)  # claimed and finished: 800 dead versions, bound 500
 
-    worker = start_workers("--backend", "vacuuming", "--concurrency", "4")
+    worker = start_workers(
+        "--settings", "tests.ops_settings", "--backend", "vacuuming", "--concurrency", "4"
+    )
 
     wait_until(lambda: not Job.objects.filter(state="queued").exists(), timeout=60)
     wait_until(lambda: vacuum_count() >= 1, timeout=60)
