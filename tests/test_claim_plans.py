@@ -118,3 +118,26 @@ def test_reap_and_renew__read_only_the_running_jobs_when_statistics_were_taken_o
     worst = max(plans, key=job_rows_read)
     assert reaped == 50
     assert job_rows_read(worst) <= 100, json.dumps(worst, indent=1)  # the jobs running
+
+
+def test_claim__a_fair_queue_with_limits_reads_only_heads_on_a_generic_plan_too(pg: None) -> None:
+    """PostgreSQL moves a prepared statement to its generic plan once that looks no costlier."""
+    analyse_empty_tables()
+    job = tasks.noop.using(queue_name="other")
+    enqueue_many(job.using(tenant="a"), [((), {})] * BACKLOG)
+    enqueue_many(job.using(tenant="b"), [((), {})] * 100)
+    rules = JobsOptions.from_mapping("default", RULES["fair-limited"])
+    me = WorkerIdentity(uuid.uuid4(), "plans")
+    with connection.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        with statement_plans() as plans:
+            for _ in range(3):
+                with transaction.atomic():
+                    engine_for("default", rules).claim(me, ["other"], 10)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET plan_cache_mode")
+
+    worst = max(plans, key=job_rows_read)
+    assert job_rows_read(worst) < 2_000, json.dumps(worst, indent=1)

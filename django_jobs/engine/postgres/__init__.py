@@ -99,7 +99,7 @@ class PostgresEngine(Engine):
             cursor.execute(statements.LOCK_UNIQUE, [statements.UNIQUE_NAMESPACE, f"{scope}|{key}"])
 
     def fair_heads(self, queue: str, want: int, blocked: Sequence[str]) -> list[Head]:
-        params = {"queue": queue, "state": str(JobState.QUEUED), "k": want, "blocked": blocked}
+        params = {"queue": queue, "k": want, "blocked": blocked}
         rows = fetch(
             self.db, statements.FAIR_CANDIDATES, params, prepare=self.options.PREPARE_STATEMENTS
         )

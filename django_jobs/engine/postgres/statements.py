@@ -369,7 +369,12 @@ FROM tenants
 CROSS JOIN LATERAL (
     SELECT id, priority, run_after, concurrency_key
     FROM django_jobs_job AS job
-    WHERE job.state = %(state)s AND job.queue = %(queue)s AND job.tenant = tenants.tenant
+    -- The state is a constant, not a parameter: a generic plan (PostgreSQL
+    -- switches a prepared statement to one when it looks no costlier) can
+    -- then use the partial indexes of queued jobs; with a parameter it could
+    -- not, and read every queued job of the tenant.
+    WHERE job.state = '{JobState.QUEUED}' AND job.queue = %(queue)s
+      AND job.tenant = tenants.tenant
       AND job.run_after <= statement_timestamp()
       AND (job.expires_at IS NULL OR job.expires_at > statement_timestamp())
       -- keys already at their limit (limits.KeyCounts.at_limit)
