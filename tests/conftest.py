@@ -11,6 +11,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -385,6 +386,22 @@ def run_burst(start_workers: Callable[..., WorkerProcess]) -> Callable[..., str]
         return output
 
     return run
+
+
+# A docs page shows each example file whole, after a marker naming it:
+# <!-- example: NAME -->, then a python code block.
+EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
+
+
+def examples_shown(page: str) -> dict[str, str]:
+    """The example files docs/PAGE shows, by name, as the page shows them."""
+    text = (ROOT / "docs" / page).read_text()
+    return {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(text)}
+
+
+def example_files(folder: Path) -> dict[str, str]:
+    """The Python files of an examples folder, by name."""
+    return {path.name: path.read_text() for path in sorted(folder.glob("*.py"))}
 
 
 MINIMAL_PROJECT = ROOT / "tests" / "minimal_project"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import signal
 import time
 import uuid
@@ -34,7 +33,7 @@ from django_jobs.models import Batch, Job, Worker
 from django_jobs.states import BatchState
 from django_jobs.testing import drain
 from django_jobs.values import WorkerIdentity
-from tests.conftest import ROOT, WorkerProcess, wait_until
+from tests.conftest import ROOT, WorkerProcess, example_files, examples_shown, wait_until
 from tests.testapp import tasks
 
 
@@ -340,15 +339,12 @@ def tenant_a(user: Any) -> list[str]:
 # -- the example of docs/batches.md ------------------------------------------------------------
 
 EXAMPLE = ROOT / "docs" / "examples" / "batches" / "invoices.py"
-EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
 
 
 def test_docs__the_batches_page_shows_the_example_file_verbatim() -> None:
-    page = (ROOT / "docs" / "batches.md").read_text()
+    shown = examples_shown("batches.md")
 
-    shown = {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(page)}
-
-    assert shown == {EXAMPLE.name: EXAMPLE.read_text()}
+    assert shown == example_files(EXAMPLE.parent)
 
 
 def test_docs__the_billing_example_reports_once_when_every_bill_has_settled(

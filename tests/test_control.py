@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from django_jobs.retry import Decision, Verdict
 from django_jobs.signals import job_cancelled, job_exhausted
 from django_jobs.testing import drain
 from django_jobs.values import Report, WorkerIdentity
-from tests.conftest import ROOT, WorkerProcess, wait_until
+from tests.conftest import ROOT, WorkerProcess, example_files, examples_shown, wait_until
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
@@ -439,15 +438,12 @@ def test_signals__worker_transitions_send_theirs(pg: None, run_burst: Callable[.
 # -- the example of docs/control.md ----------------------------------------------------
 
 EXAMPLES = ROOT / "docs" / "examples" / "control"
-EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
 
 
 def test_docs__the_control_page_shows_the_example_file_verbatim() -> None:
-    page = (ROOT / "docs" / "control.md").read_text()
+    shown = examples_shown("control.md")
 
-    shown = {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(page)}
-
-    assert shown == {path.name: path.read_text() for path in sorted(EXAMPLES.glob("*.py"))}
+    assert shown == example_files(EXAMPLES)
 
 
 @pytest.mark.django_db

@@ -9,7 +9,6 @@ two steps is in tests/test_processes.py; the engine call in tests/test_engine.py
 from __future__ import annotations
 
 import importlib
-import re
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -24,7 +23,7 @@ from django_jobs.exceptions import StepError
 from django_jobs.models import Attempt, Job, Step
 from django_jobs.steps import Steps
 from django_jobs.testing import drain
-from tests.conftest import ROOT
+from tests.conftest import ROOT, example_files, examples_shown
 from tests.testapp import step_tasks
 from tests.testapp.models import Ledger
 
@@ -181,15 +180,12 @@ def test_steps__refuse_a_wrong_call_before_reading_or_writing_anything(
 # -- the example of docs/steps.md ------------------------------------------------------
 
 EXAMPLES = ROOT / "docs" / "examples" / "steps"
-EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
 
 
 def test_docs__steps_page_shows_the_example_file_verbatim() -> None:
-    page = (ROOT / "docs" / "steps.md").read_text()
+    shown = examples_shown("steps.md")
 
-    shown = {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(page)}
-
-    assert shown == {path.name: path.read_text() for path in sorted(EXAMPLES.glob("*.py"))}
+    assert shown == example_files(EXAMPLES)
 
 
 @pytest.mark.postgres

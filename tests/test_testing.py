@@ -8,7 +8,6 @@ fixtures are tested by running pytest on a tiny test module (``pytester``).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from django_jobs.testing import (
     drain,
 )
 from django_jobs.testing.drain import Ran
-from tests.conftest import ROOT
+from tests.conftest import ROOT, example_files, examples_shown
 from tests.testapp import tasks
 from tests.testapp import testing_tasks as ours
 
@@ -530,15 +529,12 @@ def test_pytest_plugin__imports_no_pytest_at_package_import(tmp_path: Path) -> N
 # -- the examples of docs/testing.md ---------------------------------------------------
 
 EXAMPLES = ROOT / "docs" / "examples" / "testing"
-EXAMPLE_BLOCK = re.compile(r"<!-- example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)```", re.S)
 
 
 def test_docs__testing_page_shows_each_example_file_verbatim() -> None:
-    page = (ROOT / "docs" / "testing.md").read_text()
+    shown = examples_shown("testing.md")
 
-    shown = {m["name"]: m["code"] for m in EXAMPLE_BLOCK.finditer(page)}
-
-    assert shown == {path.name: path.read_text() for path in sorted(EXAMPLES.glob("*.py"))}
+    assert shown == example_files(EXAMPLES)
 
 
 def test_docs__testing_examples_pass_in_a_users_project(tmp_path: Path) -> None:

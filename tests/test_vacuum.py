@@ -8,6 +8,7 @@ with a real ``runworkers``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -28,13 +29,18 @@ pytestmark = pytest.mark.postgres
 JOB_TABLE = Job._meta.db_table
 
 
+def flush_statistics() -> None:
+    """Send this session's pending counts now: PostgreSQL sends them at most once a second."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+
+
 def kill_rows(count: int) -> None:
     """``count`` dead versions in the job table, counted in PostgreSQL's statistics now."""
     enqueue_many(noop, [((), {})] * count)
     with connections["default"].cursor() as cursor:
         cursor.execute(f"UPDATE {JOB_TABLE} SET priority = priority + 1")
-        # Statistics are sent at most once a second, or after ten idle ones.
-        cursor.execute("SELECT pg_stat_force_next_flush()")
+    flush_statistics()
 
 
 def dead_in_job_table() -> int:
@@ -60,22 +66,49 @@ def horizon_held() -> Iterator[None]:
 
 
 def test_dead_rows__counts_each_of_our_tables_dead_versions(pg: None) -> None:
+    flush_statistics()  # earlier tests' rolled-back inserts are dead rows too
+    before = dead_in_job_table()
     kill_rows(300)
 
     counts = {row.table: row for row in engine_for("default").dead_rows()}
 
-    assert counts[JOB_TABLE].dead == 300
+    assert counts[JOB_TABLE].dead == before + 300
     assert set(counts) >= {JOB_TABLE, "django_jobs_attempt", "django_jobs_worker"}
+
+
+@pytest.fixture
+def stranger() -> Iterator[str]:
+    """A role that owns none of our tables (dropped afterwards; roles are the server's)."""
+    name = f"django_jobs_stranger_{os.getpid()}"
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {name}")
+    try:
+        yield name
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("RESET ROLE")
+            cursor.execute(f"DROP ROLE {name}")
+
+
+def test_dead_rows__leaves_out_the_tables_this_role_may_not_vacuum(pg: None, stranger: str) -> None:
+    kill_rows(300)
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"SET ROLE {stranger}")
+
+    counts = engine_for("default").dead_rows()
+
+    assert counts == []
 
 
 def test_vacuum__removes_the_dead_rows_and_says_it_ran(pg: None) -> None:
     kill_rows(300)
+    before = vacuum_count()  # the count outlives the tests that emptied the table
 
     ran = engine_for("default").vacuum(JOB_TABLE)
 
     assert ran is True
     assert dead_in_job_table() == 0
-    assert vacuum_count() == 1
+    assert vacuum_count() == before + 1
 
 
 def test_vacuums__a_table_is_due_once_it_gained_the_bound_since_it_was_first_seen() -> None:
