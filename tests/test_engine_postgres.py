@@ -226,19 +226,46 @@ def test_claim__a_pinned_session_never_compiles_its_statements(pg: None) -> None
     rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
     make_job(DB)
     engine_for(DB, rules).claim(ME, QUEUES, 10)  # pins the session's plans
-    params = {
-        "queues": list(QUEUES),
-        "limit": 10,
-        "worker_id": ME.id,
-        "worker_name": ME.name,
-    }
+    params = {"worker_id": ME.id, "worker_name": ME.name}
 
     with connections[DB].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, COSTS) {statements.CLAIM}", params)
+        cursor.execute(f"EXPLAIN (ANALYZE, COSTS) {statements.claim(QUEUES, 10)}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
     assert "cost=10000000" in plan  # the session's sequential scans are off
     assert "JIT:" not in plan
+
+
+def test_claim__a_worker_plans_its_claim_five_times_then_runs_the_generic_plan(pg: None) -> None:
+    """Planning was most of an idle claim: PostgreSQL must stop re-planning it."""
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+    for _ in range(2_000):  # a backlog, its statistics fresh, as a busy table has them
+        make_job(DB)
+    with connections[DB].cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job")
+
+    claimed = [len(engine_for(DB, rules).claim(ME, QUEUES, 16)) for _ in range(10)]
+
+    with connections[DB].cursor() as cursor:
+        cursor.execute(
+            "SELECT custom_plans, generic_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%UPDATE django_jobs_job AS job%%SET state = ''running''%%'"
+        )
+        plans = cursor.fetchall()
+    assert (claimed, plans) == ([16] * 10, [(5, 5)])
+
+
+def test_claim__queue_names_with_quotes_backslashes_and_percents(pg: None) -> None:
+    """The queues are written into the claim's text: any name must stay one string."""
+    queues = ("it's", "c:\\tmp", "100%", "%(worker_id)s")
+    for queue in queues:
+        make_job(DB, queue=queue)
+    make_job(DB, queue="other")
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+
+    claimed = engine_for(DB, rules).claim(ME, queues, 10)
+
+    assert sorted(c.queue for c in claimed) == sorted(queues)
 
 
 def test_record_served__concurrent_workers_add_up_every_claim_on_one_clock(pg: None) -> None:

@@ -1,7 +1,7 @@
 """The PostgreSQL engine: the hot calls as named statements, SKIP LOCKED, NOTIFY.
 
 A plain claim and a batch of plain successes are one statement each
-(``statements.CLAIM``, ``statements.COMPLETE``); everything else runs the
+(``statements.claim``, ``statements.COMPLETE``); everything else runs the
 shared steps, with PostgreSQL's row locks making them safe across workers.
 """
 
@@ -39,7 +39,7 @@ class PostgresEngine(Engine):
     def claim_plain(
         self, worker: WorkerIdentity, queues: Sequence[str], limit: int
     ) -> list[Claimed]:
-        return self._claim(statements.CLAIM, worker, queues, limit)
+        return self._claim(statements.claim(tuple(queues), limit), worker, queues)
 
     def claim_flow(self, worker: WorkerIdentity, queue: str, limit: int) -> list[Claimed]:
         if not self.options.only_fair(queue):
@@ -48,22 +48,20 @@ class PostgresEngine(Engine):
         weights = self.options.FAIR_QUEUES[queue]
         fair = {
             "queue": queue,
+            "limit": limit,
             "weight_tenants": list(weights),
             "weights": [float(w) for w in weights.values()],
         }
-        return self._claim(statements.CLAIM_FAIR, worker, [queue], limit, fair)
+        return self._claim(statements.CLAIM_FAIR, worker, [queue], fair)
 
     def _claim(
         self,
         sql: str,
         worker: WorkerIdentity,
         queues: Sequence[str],
-        limit: int,
         fair: Mapping[str, Any] | None = None,
     ) -> list[Claimed]:
         params: dict[str, Any] = {
-            "queues": list(queues),
-            "limit": limit,
             "worker_id": worker.id,
             "worker_name": worker.name,
             **(fair or {}),
