@@ -157,8 +157,14 @@ class Job(models.Model):
             models.Index(
                 fields=["state", "-enqueued_at", "-id"], name="django_jobs_state_recent_idx"
             ),
+            # Partial: a job without a tenant gets no entry, so the enqueue, the
+            # claim and the completion of an untenanted job (each a new row
+            # version) write none, and a vacuum has none to read. A list of one
+            # tenant's jobs ("tenant = 'acme'") still reads it.
             models.Index(
-                fields=["tenant", "-enqueued_at", "-id"], name="django_jobs_tenant_recent_idx"
+                fields=["tenant", "-enqueued_at", "-id"],
+                condition=~Q(tenant=""),
+                name="django_jobs_tenant_recent_idx",
             ),
             # Fair claims: the distinct tenants of a queue's queued jobs, and each
             # tenant's next jobs (the recursive scan in transitions._fair_candidates).
