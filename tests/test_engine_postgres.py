@@ -15,6 +15,7 @@ import pytest
 from django.db import connections, transaction
 from psycopg.types.json import Jsonb
 
+from django_jobs import enqueue_many
 from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for
 from django_jobs.engine.postgres import statements
@@ -23,6 +24,7 @@ from django_jobs.states import AttemptOutcome, JobState
 from django_jobs.values import Progress, Report, WorkerIdentity
 from tests.conftest import run_in_processes
 from tests.test_engine import ME, QUEUES, make_job
+from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
 
@@ -253,6 +255,37 @@ def test_claim__a_worker_plans_its_claim_five_times_then_runs_the_generic_plan(p
         )
         plans = cursor.fetchall()
     assert (claimed, plans) == ([16] * 10, [(5, 5)])
+
+
+@pytest.mark.parametrize(("backlog", "claimed"), [(100, 63), (50, 50)])
+def test_claim__of_more_than_sixteen_takes_exactly_the_limit_or_what_is_queued(
+    pg: None, backlog: int, claimed: int
+) -> None:
+    """63 is claimed as 48 and then 15 (statements.claim_sizes): never more, never fewer."""
+    for _ in range(backlog):
+        make_job(DB)
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+
+    got = engine_for(DB, rules).claim(ME, QUEUES, 63)
+
+    assert (len(got), len({c.job_id for c in got})) == (claimed, claimed)
+
+
+def test_claim__a_worker_prepares_one_claim_per_size_of_a_bounded_set(pg: None) -> None:
+    """Each prepared claim holds ~200 kB of the server process: a hundred would be 20 MB."""
+    enqueue_many(tasks.noop, [((), {})] * sum(range(1, 101)))
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+    engine = engine_for(DB, rules)
+
+    claimed = sum(len(engine.claim(ME, QUEUES, limit)) for limit in range(1, 101))
+
+    with connections[DB].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%UPDATE django_jobs_job AS job%%SET state = ''running''%%'"
+        )
+        prepared = cursor.fetchone()[0]
+    assert (claimed, prepared) == (sum(range(1, 101)), 21)  # 1 to 16, 32, 48, 64, 80, 96
 
 
 def test_claim__queue_names_with_quotes_backslashes_and_percents(pg: None) -> None:

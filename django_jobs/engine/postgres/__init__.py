@@ -39,7 +39,13 @@ class PostgresEngine(Engine):
     def claim_plain(
         self, worker: WorkerIdentity, queues: Sequence[str], limit: int
     ) -> list[Claimed]:
-        return self._claim(statements.claim(tuple(queues), limit), worker, queues)
+        claimed: list[Claimed] = []
+        for size in statements.claim_sizes(limit):
+            got = self._claim(statements.claim(tuple(queues), size), worker, queues)
+            claimed += got
+            if len(got) < size:  # the queues ran out
+                break
+        return claimed
 
     def claim_flow(self, worker: WorkerIdentity, queue: str, limit: int) -> list[Claimed]:
         if not self.options.only_fair(queue):

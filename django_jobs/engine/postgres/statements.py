@@ -194,6 +194,26 @@ ORDER BY claimed.priority DESC, claimed.run_after
 _CLAIM = f"WITH picked AS ({_PICK_PLAIN}{_claim_rest()}"
 
 
+# The batch sizes a claim statement is written for: every size up to STEP,
+# then multiples of STEP (claim_sizes).
+STEP = 16
+
+
+def claim_sizes(limit: int) -> list[int]:
+    """The statements' sizes that make up a claim of ``limit``: at most two.
+
+    Each size is a statement of its own, prepared on each worker connection
+    with its plan (about 200 kB of the server process's memory), so a worker
+    must not use a hundred of them. A claim of 63 is one of 48, then — when
+    those 48 were all there — one of 15: a second round trip only for a claim
+    of more than STEP jobs, and at most STEP + CLAIM_BATCH // STEP statements.
+    """
+    if limit <= STEP:
+        return [limit] if limit > 0 else []
+    whole = limit - limit % STEP
+    return [whole, limit - whole] if whole < limit else [whole]
+
+
 @lru_cache(maxsize=256)
 def claim(queues: Sequence[str], limit: int) -> str:
     """The plain claim of ``limit`` jobs from ``queues``, both written into the text.
@@ -204,8 +224,7 @@ def claim(queues: Sequence[str], limit: int) -> str:
     plan's, so it planned every claim again (0.4 ms of a 1 ms idle pickup on
     our benchmark host). Written in, the generic plan costs what the custom
     ones did, and after five claims each worker's statement is planned no
-    more. A worker's queues are fixed and its limits few (1 to CLAIM_BATCH),
-    so it prepares one statement per limit it uses.
+    more. A worker's queues are fixed, and its sizes few (``claim_sizes``).
     """
     wanted = sql.SQL("ARRAY[{}]").format(sql.SQL(", ").join(map(sql.Literal, queues)))
     # Literal() quotes without a connection (E'' where a backslash needs it);
