@@ -8,7 +8,7 @@ once.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
@@ -238,22 +238,32 @@ def test_claim__a_pinned_session_never_compiles_its_statements(pg: None) -> None
     assert "JIT:" not in plan
 
 
+class PreparedClaim(NamedTuple):
+    custom_plans: int
+    generic_plans: int
+
+
+def prepared_claims() -> list[PreparedClaim]:
+    """This session's prepared plain claims: the statements with their queues written in."""
+    with connections[DB].cursor() as cursor:
+        cursor.execute(
+            "SELECT custom_plans, generic_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%FROM unnest(ARRAY[%%UPDATE django_jobs_job AS job%%'"
+        )
+        return [PreparedClaim(*row) for row in cursor.fetchall()]
+
+
 def test_claim__a_worker_plans_its_claim_five_times_then_runs_the_generic_plan(pg: None) -> None:
     """Planning was most of an idle claim: PostgreSQL must stop re-planning it."""
     rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
-    for _ in range(2_000):  # a backlog, its statistics fresh, as a busy table has them
-        make_job(DB)
+    # A backlog, its statistics fresh, as a busy table has them.
+    enqueue_many(tasks.noop, [((), {})] * 2_000)
     with connections[DB].cursor() as cursor:
         cursor.execute("ANALYZE django_jobs_job")
 
     claimed = [len(engine_for(DB, rules).claim(ME, QUEUES, 16)) for _ in range(10)]
 
-    with connections[DB].cursor() as cursor:
-        cursor.execute(
-            "SELECT custom_plans, generic_plans FROM pg_prepared_statements "
-            "WHERE statement LIKE '%%UPDATE django_jobs_job AS job%%SET state = ''running''%%'"
-        )
-        plans = cursor.fetchall()
+    plans = [(c.custom_plans, c.generic_plans) for c in prepared_claims()]
     assert (claimed, plans) == ([16] * 10, [(5, 5)])
 
 
@@ -279,12 +289,7 @@ def test_claim__a_worker_prepares_one_claim_per_size_of_a_bounded_set(pg: None) 
 
     claimed = sum(len(engine.claim(ME, QUEUES, limit)) for limit in range(1, 101))
 
-    with connections[DB].cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_prepared_statements "
-            "WHERE statement LIKE '%%UPDATE django_jobs_job AS job%%SET state = ''running''%%'"
-        )
-        prepared = cursor.fetchone()[0]
+    prepared = len(prepared_claims())
     assert (claimed, prepared) == (sum(range(1, 101)), 21)  # 1 to 16, 32, 48, 64, 80, 96
 
 

@@ -41,7 +41,7 @@ class PostgresEngine(Engine):
     ) -> list[Claimed]:
         claimed: list[Claimed] = []
         for size in statements.claim_sizes(limit):
-            got = self._claim(statements.claim(tuple(queues), size), worker, queues)
+            got = self._claim(statements.claim(tuple(queues), size), worker)
             claimed += got
             if len(got) < size:  # the queues ran out
                 break
@@ -58,13 +58,12 @@ class PostgresEngine(Engine):
             "weight_tenants": list(weights),
             "weights": [float(w) for w in weights.values()],
         }
-        return self._claim(statements.CLAIM_FAIR, worker, [queue], fair)
+        return self._claim(statements.CLAIM_FAIR, worker, fair)
 
     def _claim(
         self,
         sql: str,
         worker: WorkerIdentity,
-        queues: Sequence[str],
         fair: Mapping[str, Any] | None = None,
     ) -> list[Claimed]:
         params: dict[str, Any] = {
@@ -78,7 +77,7 @@ class PostgresEngine(Engine):
         rows = fetch(self.db, sql, params, prepare=self.options.PREPARE_STATEMENTS)
         if fair is not None and rows:
             self.record_served_on_commit(
-                queues[0], served((row["tenant"], row["base"]) for row in rows)
+                fair["queue"], served((row["tenant"], row["base"]) for row in rows)
             )
         if signal_listeners(Transition.CLAIM):
             for row in rows:
@@ -221,8 +220,7 @@ class PostgresEngine(Engine):
         with wrapper.cursor() as cursor:
             cursor.execute(statements.VACUUM_COUNT, [table])
             (before,) = cursor.fetchone()
-            # SKIP_LOCKED: if autovacuum or another worker is at it, it is in hand.
-            cursor.execute(f"VACUUM (SKIP_LOCKED) {wrapper.ops.quote_name(table)}")
+            cursor.execute(statements.VACUUM.format(table=wrapper.ops.quote_name(table)))
             cursor.execute(statements.VACUUM_COUNT, [table])
             (after,) = cursor.fetchone()
         return bool(after > before)

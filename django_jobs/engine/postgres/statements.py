@@ -474,6 +474,10 @@ WHERE pg_has_role(c.relowner, 'USAGE')
 ORDER BY t.name
 """
 
+# One of our tables vacuumed, its name quoted. SKIP_LOCKED: if autovacuum or
+# another worker is at it, it is in hand, and this one does nothing.
+VACUUM = "VACUUM (SKIP_LOCKED) {table}"
+
 # How many times a table has been vacuumed by hand (not by autovacuum): read
 # before and after our VACUUM, which skips a table another vacuum holds.
 VACUUM_COUNT = "SELECT pg_stat_get_vacuum_count(to_regclass(quote_ident(%s)))"
