@@ -159,11 +159,22 @@ def postgres_answers() -> bool:
 
 
 def restart_postgres() -> None:
-    clusters = subprocess.run(
-        ["ls", "/etc/postgresql"], capture_output=True, text=True, check=True
-    ).stdout.split()
+    """Restart the cluster the test database is on: the one listening on its port.
+
+    CI gives these tests a cluster of their own (.ci/run), so that they run
+    beside the suites on the main one without ending their sessions.
+    """
+    port = str(connections["default"].get_connection_params().get("port") or 5432)
+    listed = subprocess.run(
+        ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
+    ).stdout
+    version, cluster = next(
+        (line.split()[0], line.split()[1])
+        for line in listed.splitlines()
+        if line.split()[2] == port
+    )
     subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", clusters[0], "main", "restart"],
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart"],
         check=True,
         capture_output=True,
         timeout=120,
