@@ -372,6 +372,7 @@ def live_worker_pids() -> list[int]:
 
 
 @pytest.mark.postgres
+@pytest.mark.scale
 def test_batch__1000_members_4_processes_and_sigkills_enqueue_exactly_one_callback(
     pg: None, start_workers: Start
 ) -> None:

@@ -33,6 +33,7 @@ def _server() -> str:
     return f"postgres://{user}@{params.get('HOST') or '127.0.0.1'}:{params.get('PORT') or 5432}"
 
 
+@pytest.mark.scale
 def test_every_workload_runs_at_tiny_size_for_django_jobs() -> None:
     db = f"bench_smoke_{os.getpid()}"
     env = {**os.environ, "BENCH_PG": _server(), "PYTHONPATH": str(ROOT)}

@@ -176,6 +176,7 @@ def test_timeout__a_task_blocked_in_c_gets_its_process_replaced(
 # -- poison, deadlines, backpressure ------------------------------------------------
 
 
+@pytest.mark.scale
 def test_poison__a_job_that_kills_its_worker_is_quarantined_while_others_flow(
     pg: None, start_workers: Start
 ) -> None:

@@ -103,6 +103,7 @@ def test_pause__a_paused_flow_controlled_queue_is_not_claimed(pg: None) -> None:
 # -- concurrency limits, with real worker processes ------------------------------------
 
 
+@pytest.mark.scale
 def test_queue_concurrency__never_exceeded_by_four_worker_processes(
     pg: None, start_workers: Start
 ) -> None:
@@ -223,6 +224,7 @@ def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_not_nothing(pg
     assert Counter(c.tenant for c in others) == {"tenant-a": 2, "tenant-b": 2}
 
 
+@pytest.mark.scale
 @pytest.mark.parametrize(("processes", "threads"), [(1, 1), (2, 1), (2, 16)])
 def test_workers__a_late_tenant_gets_its_100_jobs_within_250_claims_of_a_20000_job_backlog(
     pg: None, start_workers: Start, processes: int, threads: int

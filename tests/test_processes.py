@@ -37,6 +37,7 @@ def running_pid(job_id: str) -> int | None:
     return Worker.objects.get(id=attempt.worker_id).pid
 
 
+@pytest.mark.scale
 def test_four_workers_drain_2000_jobs_each_exactly_once(pg: None, start_workers: Start) -> None:
     for _ in range(2000):
         tasks.record.enqueue()
@@ -51,6 +52,7 @@ def test_four_workers_drain_2000_jobs_each_exactly_once(pg: None, start_workers:
     assert Worker.objects.filter(jobs_done__gt=0).count() == 4
 
 
+@pytest.mark.scale
 def test_sigkilled_worker_job_reruns_elsewhere_after_its_lease_expires(
     pg: None, start_workers: Start
 ) -> None:
