@@ -45,9 +45,18 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# The fixtures that start processes of the test's own: worker processes, a
+# browser, a project's manage.py (test_reload.py's ``project`` too), mypy.
+# Their tests are marked ``processes``.
+PROCESS_FIXTURES = {"start_workers", "run_burst", "minimal_project", "browser", "project", "mypy"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from tests import settings as test_settings
 
+    for item in items:
+        if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.processes)
     if test_settings.POSTGRES_AVAILABLE:
         return
     skip = pytest.mark.skip(reason="PostgreSQL does not answer")
