@@ -46,9 +46,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The fixtures that start processes of the test's own: worker processes, a
-# browser, a project's manage.py (test_reload.py's ``project`` too), mypy.
+# browser, a project's manage.py (minimal_project, reload_project), mypy.
 # Their tests are marked ``processes``.
-PROCESS_FIXTURES = {"start_workers", "run_burst", "minimal_project", "browser", "project", "mypy"}
+PROCESS_FIXTURES = {
+    "start_workers",
+    "run_burst",
+    "minimal_project",
+    "reload_project",
+    "browser",
+    "mypy",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -175,14 +175,14 @@ def test_health_port__is_not_ready_while_the_database_is_unreachable(
     port = free_port()
     workers = start_workers(*WATCHED, "--health-port", str(port))
     wait_until(lambda: "Health probes on port" in workers.output())
-    # The probes answer before the first worker process is forked; on a busy
-    # host the first answers may still say so.
-    status, body = wait_until(
-        lambda: (
-            (answer := get(port, "/readyz"))[1]["reason"] != "no worker process is running"
-            and answer
-        )
-    )
+
+    def past_the_first_fork() -> tuple[int, dict[str, Any]] | None:
+        """The probes answer before the first worker process is forked; on a busy
+        host the first answers may still say so."""
+        answer = get(port, "/readyz")
+        return None if answer[1]["reason"] == "no worker process is running" else answer
+
+    status, body = wait_until(past_the_first_fork)
 
     assert status == 503
     assert body["reason"].startswith("database 'default' unreachable: ")

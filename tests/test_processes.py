@@ -170,10 +170,11 @@ def restart_postgres() -> None:
     listed = subprocess.run(
         ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
     ).stdout
+    # Each line: version, cluster, port, status, owner, data directory, log file.
     version, cluster = next(
-        (line.split()[0], line.split()[1])
-        for line in listed.splitlines()
-        if line.split()[2] == port
+        (version, cluster)
+        for version, cluster, listening, *_ in map(str.split, listed.splitlines())
+        if listening == port
     )
     subprocess.run(
         ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart"],

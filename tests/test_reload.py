@@ -127,31 +127,35 @@ class Project:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Project:
+def reload_project(tmp_path: Path) -> Project:
     return Project(tmp_path / "project")
 
 
-def started(project: Project) -> None:
+def started(reload_project: Project) -> None:
     """Until the workers ran a job and the reloader has seen the task module as it is."""
-    first = project.enqueue_stamp()
-    wait_until(lambda: project.stamped(first), timeout=60)
-    wait_until(lambda: f"File {project.tasks} first seen with mtime" in project.output(), 60)
+    first = reload_project.enqueue_stamp()
+    wait_until(lambda: reload_project.stamped(first), timeout=60)
+    wait_until(
+        lambda: f"File {reload_project.tasks} first seen with mtime" in reload_project.output(), 60
+    )
 
 
 def test_reload__a_changed_task_module_restarts_the_workers_which_run_the_new_code(
-    project: Project,
+    reload_project: Project,
 ) -> None:
-    with project.runworkers():
-        started(project)
+    with reload_project.runworkers():
+        started(reload_project)
 
-        project.write_tasks("two")
+        reload_project.write_tasks("two")
 
-        wait_until(lambda: len(re.findall(r"Supervisor \d+ starting", project.output())) == 2, 60)
-        output = project.output()
-        assert f"{project.tasks} changed; stopping the workers to restart them" in output
+        wait_until(
+            lambda: len(re.findall(r"Supervisor \d+ starting", reload_project.output())) == 2, 60
+        )
+        output = reload_project.output()
+        assert f"{reload_project.tasks} changed; stopping the workers to restart them" in output
         assert re.search(r"Supervisor \d+ stopped", output)
-        second = project.enqueue_stamp()
-        assert wait_until(lambda: project.stamped(second), timeout=60) == '"two"'
+        second = reload_project.enqueue_stamp()
+        assert wait_until(lambda: reload_project.stamped(second), timeout=60) == '"two"'
 
 
 @pytest.mark.parametrize(
@@ -162,17 +166,17 @@ def test_reload__a_changed_task_module_restarts_the_workers_which_run_the_new_co
     ],
 )
 def test_reload__stopping_it_stops_the_workers_and_leaves_no_process_behind(
-    project: Project, stop: Callable[[subprocess.Popen[bytes]], None]
+    reload_project: Project, stop: Callable[[subprocess.Popen[bytes]], None]
 ) -> None:
-    with project.runworkers("--processes", "2") as process:
-        started(project)
+    with reload_project.runworkers("--processes", "2") as process:
+        started(reload_project)
 
         stop(process)
 
         assert process.wait(60) == 0
         with pytest.raises(ProcessLookupError):
             os.killpg(process.pid, 0)  # the group is empty: no worker was left running
-        assert len(re.findall(r"Worker \S+ stopped after", project.output())) == 2
+        assert len(re.findall(r"Worker \S+ stopped after", reload_project.output())) == 2
 
 
 def test_reload__is_refused_with_burst() -> None:
