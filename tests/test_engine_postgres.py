@@ -306,6 +306,54 @@ def test_claim__queue_names_with_quotes_backslashes_and_percents(pg: None) -> No
     assert sorted(c.queue for c in claimed) == sorted(queues)
 
 
+# Results a batch of successes must store exactly, each on its own job.
+RESULTS: list[Any] = [
+    None,
+    0,
+    -1.5,
+    "it's -- not a comment",
+    "ünïcödé ✓",
+    'quotes " and \\ backslashes',
+    [1, [2, {"three": None}]],
+    {"nested": {"list": [True, False]}, "empty": {}},
+    "",
+    [],
+]
+
+
+def test_complete__stores_each_result_on_its_own_job_batch_after_batch(pg: None) -> None:
+    """The results go as one JSON array: each lands on its job, also under the generic plan."""
+    engine = engine_for(DB, JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True}))
+    batches = 7  # a prepared statement runs its generic plan from the sixth execution
+    for _ in range(batches * len(RESULTS)):
+        make_job(DB)
+    expected: dict[uuid.UUID, Any] = {}
+
+    for _ in range(batches):
+        claimed = engine.claim(ME, QUEUES, len(RESULTS))
+        reports = [
+            Report(c.job_id, c.token, c.attempt_id, AttemptOutcome.SUCCEEDED, result=result)
+            for c, result in zip(claimed, RESULTS, strict=True)
+        ]
+        expected |= {c.job_id: result for c, result in zip(claimed, RESULTS, strict=True)}
+        with transaction.atomic(using=DB):
+            engine.finish(ME.id, reports)
+
+    stored = dict(Job.objects.values_list("id", "result"))
+    states = set(Job.objects.values_list("state", flat=True))
+    assert (stored, states) == (expected, {JobState.SUCCEEDED})
+
+
+def test_statements__are_sent_without_comments_and_short_enough_to_be_cached() -> None:
+    """psycopg converts a statement's text once only when it is 4,096 characters or less."""
+    sent = [statements.claim(("it's -- a queue",), 100), statements.COMPLETE]
+    sent += [statements.CLAIM_FAIR, statements.RECORD_STEP, statements.FAIR_CANDIDATES]
+    sent += [statements.RECORD_FAIR_CLAIMS]
+
+    assert all(len(text) <= 4096 and "--" not in text.replace("-- a queue", "") for text in sent)
+    assert "ARRAY['it''s -- a queue']" in sent[0]
+
+
 def test_record_served__concurrent_workers_add_up_every_claim_on_one_clock(pg: None) -> None:
     fair = JobsOptions.from_mapping("default", {"FAIR_QUEUES": {"q": {"b": 0.5}}})
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from django_jobs.attempt import AttemptControl
 from django_jobs.backend import jobs_backend
 from django_jobs.retry import Verdict
 from django_jobs.values import ChildDied, Claimed, Outcome, Report
-from django_jobs.worker.executor import Executor
+from django_jobs.worker.executor import Executor, JobThreads
 from django_jobs.worker.running import Running
 from django_jobs.worker.watchdog import Watchdog
 from tests.conftest import wait_until
@@ -237,3 +238,60 @@ def test_executor__an_isolated_child_ignoring_a_cancel_is_killed_and_cancelled(
     assert outcome.outcome == AttemptOutcome.CANCELLED
     assert "stopped by force" in outcome.error_message
     assert control.child is not None and control.child.exitcode == -9
+
+
+class Recorder:
+    """Job threads whose work is held while asked, and which thread delivered which attempt."""
+
+    def __init__(self, size: int) -> None:
+        self.delivered: queue.SimpleQueue[tuple[str, uuid.UUID]] = queue.SimpleQueue()
+        self.hold = threading.Event()
+        self.hold.set()
+        self.threads = JobThreads(size, self.run, self.deliver)
+
+    def run(self, claimed: Claimed, control: AttemptControl) -> Outcome:
+        self.hold.wait(30)
+        return ChildDied(job_id=claimed.job_id, token=1, attempt_id=1, exit_code=0)
+
+    def deliver(self, outcome: Outcome) -> None:
+        self.delivered.put((threading.current_thread().name, outcome.job_id))
+
+    def start(self) -> Claimed:
+        claimed = claim_of(tasks.add, 1, 2)
+        self.threads.start(claimed, AttemptControl(None))
+        return claimed
+
+    def next(self) -> tuple[str, uuid.UUID]:
+        return self.delivered.get(timeout=30)
+
+
+def test_job_threads__start_a_thread_only_when_none_is_idle() -> None:
+    recorder = Recorder(size=4)
+    one_at_a_time = []
+    for _ in range(3):
+        recorder.start()
+        one_at_a_time.append(recorder.next()[0])
+    recorder.hold.clear()
+    for _ in range(3):
+        recorder.start()
+    recorder.hold.set()
+    at_once = {recorder.next()[0] for _ in range(3)}
+
+    recorder.threads.shutdown()
+    assert (len(set(one_at_a_time)), len(at_once)) == (1, 3)
+
+
+def test_job_threads__shutdown_drops_the_attempts_not_started_and_ends_every_thread() -> None:
+    recorder = Recorder(size=1)
+    recorder.hold.clear()
+    first = recorder.start()
+    recorder.start()
+
+    recorder.threads.shutdown()
+    recorder.hold.set()
+
+    name, delivered = recorder.next()
+    wait_until(lambda: name not in {thread.name for thread in threading.enumerate()})
+    assert (delivered, recorder.delivered.empty()) == (first.job_id, True)
+    with pytest.raises(RuntimeError, match="shut down"):
+        recorder.start()

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from ..framework import Task
 
 
+_RUNNING = django_status(JobState.RUNNING)
+
+
 class TaskRunner:
     """Runs attempts for one backend, on behalf of one worker."""
 
@@ -55,6 +58,7 @@ class TaskRunner:
         self.backend = backend
         self.settings = backend.settings
         self.worker_id = worker_id
+        self._worker_ids = [str(worker_id)]  # each attempt's result lists it once per attempt
 
     def run(self, claimed: Claimed, control: AttemptControl) -> Report:
         """Call the task here, in its trace's span when traced (``tracing.py``)."""
@@ -191,7 +195,7 @@ class TaskRunner:
         return JobResult(
             task=task,
             id=str(claimed.job_id),
-            status=django_status(JobState.RUNNING),
+            status=_RUNNING,
             enqueued_at=claimed.enqueued_at,
             started_at=claimed.started_at,
             finished_at=None,
@@ -200,7 +204,7 @@ class TaskRunner:
             kwargs=kwargs,
             backend=self.backend.alias,
             errors=[],
-            worker_ids=[str(self.worker_id)] * claimed.token,
+            worker_ids=self._worker_ids * claimed.token,
             state=JobState.RUNNING,
             queue=claimed.queue,
             priority=claimed.priority,

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from ...bulk import Call, copy_jobs
 from ...fairness import Head, served
 from ...models import Job
+from ...payload import encode
 from ...signals import send_on_commit, signal_listeners
 from ...states import AttemptOutcome, JobState, Transition
 from ...values import Claimed, DeadRows, Finished, Report, StepWrite, WorkerIdentity
@@ -158,9 +159,9 @@ class PostgresEngine(Engine):
         success.
         """
         params: dict[str, Any] = {
-            "job_ids": [r.job_id for r in reports],
-            "tokens": [r.token for r in reports],
-            "results": [Jsonb(r.result) for r in reports],
+            "job_ids": "{" + ",".join([r.job_id.hex for r in reports]) + "}",
+            "tokens": "{" + ",".join([str(r.token) for r in reports]) + "}",
+            "results": encode([r.result for r in reports]),
             "worker_id": worker_id,
         }
         rows = fetch(self.db, statements.COMPLETE, params, prepare=self.options.PREPARE_STATEMENTS)
