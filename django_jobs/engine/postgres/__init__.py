@@ -7,6 +7,7 @@ shared steps, with PostgreSQL's row locks making them safe across workers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -304,26 +305,9 @@ def _json(value: Any) -> Any:
     return [] if value == "[]" else {} if value == "{}" else json.loads(value)
 
 
-# The claim's columns, in the order _claimed takes them.
-_CLAIMED = (
-    "job_id",
-    "attempt_id",
-    "token",
-    "task_name",
-    "args",
-    "kwargs",
-    "queue",
-    "priority",
-    "max_attempts",
-    "timeout",
-    "tenant",
-    "idempotency_key",
-    "backend",
-    "enqueued_at",
-    "started_at",
-    "lost_streak",
-    "trace_context",
-)
+# The claim's columns are Claimed's fields, in their order; these hold JSON.
+_CLAIMED = tuple(field.name for field in dataclasses.fields(Claimed))
+_JSON_AT = tuple(_CLAIMED.index(name) for name in ("args", "kwargs", "trace_context"))
 
 
 @cache
@@ -333,25 +317,7 @@ def _columns(names: tuple[str, ...], wanted: tuple[str, ...]) -> Callable[[Any],
 
 
 def _claimed(values: tuple[Any, ...]) -> Claimed:
-    (job_id, attempt_id, token, task_name, args, kwargs, queue, priority, max_attempts,
-     timeout, tenant, idempotency_key, backend, enqueued_at, started_at, lost_streak,
-     trace_context) = values  # fmt: skip
-    return Claimed(
-        job_id=job_id,
-        attempt_id=attempt_id,
-        token=token,
-        task_name=task_name,
-        args=_json(args),
-        kwargs=_json(kwargs),
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        tenant=tenant,
-        idempotency_key=idempotency_key,
-        backend=backend,
-        enqueued_at=enqueued_at,
-        started_at=started_at,
-        suspect=lost_streak > 0,
-        trace_context=_json(trace_context),
-    )
+    fields = list(values)
+    for at in _JSON_AT:
+        fields[at] = _json(fields[at])
+    return Claimed(*fields)

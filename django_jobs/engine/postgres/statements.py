@@ -203,7 +203,7 @@ SELECT claimed.id AS job_id, claimed.attempt_id, claimed.attempts AS token,
        claimed.task_name, claimed.args, claimed.kwargs, claimed.queue, claimed.priority,
        claimed.max_attempts, claimed.timeout, claimed.tenant, claimed.idempotency_key,
        claimed.backend, claimed.enqueued_at, claimed.started_at,
-       claimed.lost_streak, claimed.trace_context{to_result}
+       claimed.lost_streak > 0 AS suspect, claimed.trace_context{to_result}
 FROM claimed
 ORDER BY claimed.priority DESC, claimed.run_after
 
