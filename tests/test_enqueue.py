@@ -335,6 +335,20 @@ def test_enqueue_many__writes_the_same_row_as_enqueue(pg: None) -> None:
 _PER_JOB = {"id", "enqueued_at", "updated_at"}
 
 
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_enqueue_many__stamps_each_job_now_as_enqueue_does_with_use_tz_on_and_off(
+    pg: None, use_tz: bool
+) -> None:
+    with override_settings(USE_TZ=use_tz):
+        before = timezone.now()
+        [many] = enqueue_many(tasks.add, [((1, 2), {})])
+        one = tasks.add.enqueue(1, 2)
+        after = timezone.now()
+
+        assert before <= many.enqueued_at <= one.enqueued_at <= after
+        assert (many.enqueued_at.tzinfo is not None, many.run_after) == (use_tz, many.enqueued_at)
+
+
 def test_enqueue_many__writes_tabs_newlines_and_backslashes_as_given(pg: None) -> None:
     awkward = "a\tb\nc\rd\\N e\\"
     task = tasks.add.using(tenant=awkward, initiator="\\N", concurrency_key="k\\t\u00e9")
