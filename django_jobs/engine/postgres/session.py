@@ -74,17 +74,20 @@ def fetch_rows(
     took 0.8 s for a statement that runs in 6 ms.
     """
     wrapper = connections[db]
-    with wrapper.cursor() as outer, wrapper.wrap_database_errors:
-        if not prepare:
+    if not prepare:
+        with wrapper.cursor() as outer, wrapper.wrap_database_errors:
             outer.execute(sql, params)
             return _rows(sql, outer)
-        connection = outer.cursor.connection
-        if connection.prepare_threshold is None:
-            connection.prepare_threshold = sys.maxsize
-        pin_plans(db)
-        with psycopg.Cursor(connection) as cursor:
-            cursor.execute(sql, params, prepare=True)
-            return _rows(sql, cursor)
+    # Only the connection is needed here, not a Django cursor (and the psycopg
+    # cursor inside it) made and closed around every statement for nothing.
+    wrapper.ensure_connection()
+    connection = wrapper.connection
+    if connection.prepare_threshold is None:
+        connection.prepare_threshold = sys.maxsize
+    pin_plans(db)
+    with wrapper.wrap_database_errors, psycopg.Cursor(connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return _rows(sql, cursor)
 
 
 # psycopg connections whose session has sequential scans off (see ``fetch_rows``).
