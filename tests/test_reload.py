@@ -131,13 +131,11 @@ def reload_project(tmp_path: Path) -> Project:
     return Project(tmp_path / "project")
 
 
-def started(reload_project: Project) -> None:
+def started(project: Project) -> None:
     """Until the workers ran a job and the reloader has seen the task module as it is."""
-    first = reload_project.enqueue_stamp()
-    wait_until(lambda: reload_project.stamped(first), timeout=60)
-    wait_until(
-        lambda: f"File {reload_project.tasks} first seen with mtime" in reload_project.output(), 60
-    )
+    first = project.enqueue_stamp()
+    wait_until(lambda: project.stamped(first), timeout=60)
+    wait_until(lambda: f"File {project.tasks} first seen with mtime" in project.output(), 60)
 
 
 def test_reload__a_changed_task_module_restarts_the_workers_which_run_the_new_code(

@@ -91,15 +91,15 @@ class JobThreads:
 
     def _serve(self) -> None:
         while (work := self._inbox.get()) is not None:
+            outcome: Outcome | None = None
             try:
                 outcome = self._run(*work)
             except Exception:
                 # The executor judges every way a task can end; this is our own bug.
                 logger.exception("A job thread failed outside the task: %s", work[0].job_id)
-                self._idle.release()
-                continue
             self._idle.release()
-            self._deliver(outcome)
+            if outcome is not None:
+                self._deliver(outcome)
 
 
 class Executor:
@@ -122,7 +122,7 @@ class Executor:
         self._threads.start(claimed, control)
 
     def shutdown(self) -> None:
-        """Start no queued attempt; leave running threads to end with the process."""
+        """Start no queued attempt; each thread ends after the one it runs, or with the process."""
         self._threads.shutdown()
 
     def execute(self, claimed: Claimed, control: AttemptControl) -> Outcome:
