@@ -190,6 +190,18 @@ def backend_settings(**options: Any) -> dict[str, Any]:
     }
 
 
+@pytest.fixture
+def horizon_held() -> Iterator[None]:
+    """A transaction that took an xid and idles: no vacuum may remove what died after it."""
+    import psycopg
+
+    dsn = connections["default"].get_connection_params()
+    with psycopg.connect(**dsn) as holder:
+        holder.execute("SELECT txid_current()")
+        yield
+        holder.rollback()
+
+
 @contextmanager
 def statement_plans() -> Iterator[list[dict[str, Any]]]:
     """The plans of the statements this connection runs in the block, as PostgreSQL ran them.

@@ -19,6 +19,7 @@ from django_jobs import enqueue_many
 from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for
 from django_jobs.engine.postgres import statements
+from django_jobs.engine.postgres.positions import Positions
 from django_jobs.models import Attempt, FairClock, Job, Step
 from django_jobs.states import AttemptOutcome, JobState
 from django_jobs.values import Progress, Report, WorkerIdentity
@@ -228,7 +229,7 @@ def test_claim__a_pinned_session_never_compiles_its_statements(pg: None) -> None
     rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
     make_job(DB)
     engine_for(DB, rules).claim(ME, QUEUES, 10)  # pins the session's plans
-    params = {"worker_id": ME.id, "worker_name": ME.name}
+    params = {"worker_id": ME.id, "worker_name": ME.name, **Positions().params(QUEUES)}
 
     with connections[DB].cursor() as cursor:
         cursor.execute(f"EXPLAIN (ANALYZE, COSTS) {statements.claim(QUEUES, 10)}", params)
@@ -248,7 +249,7 @@ def prepared_claims() -> list[PreparedClaim]:
     with connections[DB].cursor() as cursor:
         cursor.execute(
             "SELECT custom_plans, generic_plans FROM pg_prepared_statements "
-            "WHERE statement LIKE '%%FROM unnest(ARRAY[%%UPDATE django_jobs_job AS job%%'"
+            "WHERE statement LIKE '%%FROM (VALUES (%%UPDATE django_jobs_job AS job%%'"
         )
         return [PreparedClaim(*row) for row in cursor.fetchall()]
 
@@ -351,7 +352,7 @@ def test_statements__are_sent_without_comments_and_short_enough_to_be_cached() -
     sent += [statements.RECORD_FAIR_CLAIMS]
 
     assert all(len(text) <= 4096 and "--" not in text.replace("-- a queue", "") for text in sent)
-    assert "ARRAY['it''s -- a queue']" in sent[0]
+    assert "('it''s -- a queue', " in sent[0]
 
 
 def test_record_served__concurrent_workers_add_up_every_claim_on_one_clock(pg: None) -> None:

@@ -12,7 +12,6 @@ import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
-import psycopg
 import pytest
 from django.db import connections
 
@@ -53,16 +52,6 @@ def vacuum_count() -> int:
         cursor.execute("SELECT pg_stat_get_vacuum_count(%s::regclass)", [JOB_TABLE])
         (count,) = cursor.fetchone()
     return int(count)
-
-
-@pytest.fixture
-def horizon_held() -> Iterator[None]:
-    """A transaction that took an xid and idles: no vacuum may remove what died after it."""
-    dsn = connections["default"].get_connection_params()
-    with psycopg.connect(**dsn) as holder:
-        holder.execute("SELECT txid_current()")
-        yield
-        holder.rollback()
 
 
 def test_dead_rows__counts_each_of_our_tables_dead_versions(pg: None) -> None:

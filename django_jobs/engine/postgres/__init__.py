@@ -20,6 +20,7 @@ from django.db import connections, transaction
 from psycopg.types.json import Jsonb
 
 from ...bulk import Call, copy_jobs
+from ...conf import JobsOptions
 from ...fairness import Head, served
 from ...models import Job
 from ...payload import encode
@@ -31,6 +32,7 @@ from .. import batches, completion
 from ..base import Engine
 from ..wakeups import owes_notify
 from . import statements
+from .positions import Positions
 from .session import fetch, fetch_rows, pin_plans
 
 
@@ -38,17 +40,29 @@ class PostgresEngine(Engine):
     listens = True
     streams_bulk = True
 
+    def __init__(self, db: str, options: JobsOptions | None = None) -> None:
+        super().__init__(db, options)
+        self._positions: dict[uuid.UUID, Positions] = {}
+
     # -- claim -----------------------------------------------------------------
 
     def claim_plain(
         self, worker: WorkerIdentity, queues: Sequence[str], limit: int
     ) -> list[Claimed]:
+        positions = self._positions.setdefault(worker.id, Positions())
+        wanted = tuple(queues)
         claimed: list[Claimed] = []
         for size in statements.claim_sizes(limit):
-            got = self._claim(statements.claim(tuple(queues), size), worker)
+            resumed = positions.resuming()
+            sql = statements.claim(wanted, size)
+            got, names, rows = self._claim(sql, worker, positions.params(wanted))
             claimed += got
-            if len(got) < size:  # the queues ran out
-                break
+            taken = map(_columns(names, ("queue", "priority", "position")), rows)
+            positions.moved(taken, full=len(got) == size, resumed=resumed)
+            if len(got) < size:
+                if resumed:  # what is left may lie behind the positions, now forgotten
+                    claimed += self.claim_plain(worker, queues, limit - len(claimed))
+                break  # the queues ran out
         return claimed
 
     def claim_flow(self, worker: WorkerIdentity, queue: str, limit: int) -> list[Claimed]:
@@ -62,33 +76,28 @@ class PostgresEngine(Engine):
             "weight_tenants": list(weights),
             "weights": [float(w) for w in weights.values()],
         }
-        return self._claim(statements.CLAIM_FAIR, worker, fair)
+        claimed, names, rows = self._claim(statements.CLAIM_FAIR, worker, fair)
+        if rows:
+            tenant_and_base = _columns(names, ("tenant", "base"))
+            self.record_served_on_commit(queue, served(map(tenant_and_base, rows)))
+        return claimed
 
     def _claim(
-        self,
-        sql: str,
-        worker: WorkerIdentity,
-        fair: Mapping[str, Any] | None = None,
-    ) -> list[Claimed]:
-        params: dict[str, Any] = {
-            "worker_id": worker.id,
-            "worker_name": worker.name,
-            **(fair or {}),
-        }
+        self, sql: str, worker: WorkerIdentity, given: Mapping[str, Any]
+    ) -> tuple[list[Claimed], tuple[str, ...], list[tuple[Any, ...]]]:
+        """Run a claim statement; the attempts it started, and its rows as read."""
+        params = {"worker_id": worker.id, "worker_name": worker.name, **given}
         # One statement, so atomic by itself: in autocommit it is its own
         # transaction (and the signals go out at once, after it), inside the
         # worker's report-and-claim transaction it is part of that.
         names, rows = fetch_rows(self.db, sql, params, prepare=self.options.PREPARE_STATEMENTS)
         claimed = [_claimed(values) for values in map(_columns(names, _CLAIMED), rows)]
-        if fair is not None and rows:
-            tenant_and_base = _columns(names, ("tenant", "base"))
-            self.record_served_on_commit(fair["queue"], served(map(tenant_and_base, rows)))
         if signal_listeners(Transition.CLAIM):
             for c in claimed:
                 send_on_commit(
                     self.db, c.job_id, Transition.CLAIM, JobState.QUEUED, JobState.RUNNING
                 )
-        return claimed
+        return claimed, names, rows
 
     def lock_queue(self, queue: str) -> None:
         pin_plans(self.db)

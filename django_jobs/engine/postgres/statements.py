@@ -54,24 +54,43 @@ def _states(transition: Transition) -> str:
 # statement, and a job enqueued after its transaction began is due at once —
 # inside a test's transaction (django_jobs.testing) too, where now() would
 # stay at the test's start and leave every job enqueued since not yet due.
-_PICK_PLAIN = f"""
-    SELECT head.id, head.state
-    FROM unnest({{queues}}::text[]) AS wanted(queue)
-    -- One ordered scan of django_jobs_claim_idx per queue: with a plain
-    -- queue = ANY(...) PostgreSQL 15 cannot read that index in order and
-    -- falls back to sorting every queued row (or, with stale statistics, to
-    -- a sequential scan). Each queue yields at most the batch; the best of
-    -- them are taken below.
-    CROSS JOIN LATERAL (
+def _queue_scan(condition: str) -> str:
+    """One ordered scan of a queue's ready jobs on django_jobs_claim_idx, locking them."""
+    return f"""
         SELECT id, state, priority, run_after
         FROM django_jobs_job
         WHERE state = '{JobState.QUEUED}'
           AND queue = wanted.queue
           AND run_after <= statement_timestamp()
           AND (expires_at IS NULL OR expires_at > statement_timestamp())
+          AND {condition}
         ORDER BY priority DESC, run_after
         LIMIT {{limit}}
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE SKIP LOCKED"""
+
+
+_PICK_PLAIN = f"""
+    SELECT head.id, head.state
+    FROM (VALUES {{positions}}) AS wanted(queue, priority, since)
+    -- Ordered scans of django_jobs_claim_idx per queue: with a plain
+    -- queue = ANY(...) PostgreSQL 15 cannot read that index in order and
+    -- falls back to sorting every queued row (or, with stale statistics, to
+    -- a sequential scan). Each queue yields at most the batch; the best of
+    -- them are taken below.
+    --
+    -- Each queue is read from the worker's position in it (positions.py):
+    -- first its jobs of a higher priority than the position's, from their
+    -- head, then those of the position's priority due at or after its
+    -- run_after. From the head, the position's priority is below any job's
+    -- and the second scan finds nothing. Locking is not allowed beside a
+    -- UNION, hence the subqueries.
+    CROSS JOIN LATERAL (
+        SELECT * FROM ({_queue_scan("priority > wanted.priority")}
+        ) AS higher
+        UNION ALL
+        SELECT * FROM ({_queue_scan("priority = wanted.priority AND run_after >= wanted.since")}
+        ) AS resumed
+        LIMIT {{limit}}
     ) AS head
     WHERE wanted.queue NOT IN (SELECT queue FROM django_jobs_queuestate WHERE paused)
     ORDER BY head.priority DESC, head.run_after
@@ -206,7 +225,10 @@ SELECT claimed.id AS job_id, claimed.attempt_id, claimed.attempts AS token,
        claimed.task_name, claimed.args, claimed.kwargs, claimed.queue, claimed.priority,
        claimed.max_attempts, claimed.timeout, claimed.tenant, claimed.idempotency_key,
        claimed.backend, claimed.enqueued_at, claimed.started_at,
-       claimed.lost_streak > 0 AS suspect, claimed.trace_context{to_result}
+       claimed.lost_streak > 0 AS suspect, claimed.trace_context,
+       -- Where the claim leaves its queue, as text: it goes back as a
+       -- parameter unchanged, and no time zone is converted on the way.
+       claimed.run_after::text AS position{to_result}
 FROM claimed
 ORDER BY claimed.priority DESC, claimed.run_after
 
@@ -247,12 +269,16 @@ def claim(queues: Sequence[str], limit: int) -> str:
     our benchmark host). Written in, the generic plan costs what the custom
     ones did, and after five claims each worker's statement is planned no
     more. A worker's queues are fixed, and its sizes few (``claim_sizes``).
+    Each queue's position is a pair of parameters (``positions.py``).
     """
-    wanted = sql.SQL("ARRAY[{}]").format(sql.SQL(", ").join(map(sql.Literal, queues)))
     # Literal() quotes without a connection (E'' where a backslash needs it);
-    # a % is doubled, as the statement still takes the worker's parameters.
-    quoted = wanted.as_string(None).replace("%", "%%")
-    return _CLAIM.format(queues=quoted, limit=int(limit))
+    # a % in a name is doubled, as the statement still takes parameters.
+    positions = ", ".join(
+        f"({sql.Literal(queue).as_string(None).replace('%', '%%')}, "
+        f"%(priority_{n})s::integer, %(since_{n})s::timestamptz)"
+        for n, queue in enumerate(queues)
+    )
+    return _CLAIM.format(positions=positions, limit=int(limit))
 
 
 CLAIM_FAIR = _compact(f"WITH picked AS ({_PICK_FAIR}{_claim_rest('base')}")

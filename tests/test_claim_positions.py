@@ -1,0 +1,113 @@
+"""A plain claim reads each queue from where the worker's last full claim ended.
+
+``engine/postgres/positions.py``: while the vacuum horizon is held, every
+claimed job's entry stays in the claim index, and a claim from the head
+walks past all of them. Real PostgreSQL, a real transaction holding the
+horizon, the engine with the options the docs give, real clocks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.utils import timezone
+
+from django_jobs import enqueue_many
+from django_jobs.engine import engine_for
+from django_jobs.engine.postgres.positions import RESCAN_SECONDS
+from django_jobs.models import Job
+from django_jobs.values import Claimed
+from tests.test_engine import ME, QUEUES, make_job
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.postgres
+
+DB = "default"
+
+
+def claim_index_entries() -> int:
+    """Entries of the claim index this transaction's scans have read, dead ones included."""
+    with connections[DB].cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_xact_tuples_returned('django_jobs_claim_idx'::regclass)")
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
+def entries_read(claim: Callable[[], list[Claimed]]) -> tuple[int, int]:
+    """How many jobs ``claim`` took, and how many claim index entries it read for them."""
+    with transaction.atomic(using=DB):
+        before = claim_index_entries()
+        got = claim()
+        read = claim_index_entries() - before
+    return len(got), read
+
+
+def test_claim__under_a_held_horizon_reads_its_batch_not_every_job_claimed_before(
+    pg: None, horizon_held: None
+) -> None:
+    enqueue_many(tasks.noop, [((), {})] * 3_000)
+    engine = engine_for(DB)
+    engine.claim(ME, QUEUES, 2_000)  # dead entries at the head of the index, kept by the horizon
+
+    taken, read = entries_read(lambda: engine.claim(ME, QUEUES, 64))
+
+    assert taken == 64
+    assert read <= 2 * 64, f"the claim read {read} index entries for 64 jobs"
+
+
+def test_claim__a_higher_priority_job_goes_first_under_a_backlog(pg: None) -> None:
+    enqueue_many(tasks.noop, [((), {})] * 200)
+    engine = engine_for(DB)
+    engine.claim(ME, QUEUES, 64)
+    urgent = make_job(DB, priority=10)
+
+    [first] = engine.claim(ME, QUEUES, 1)
+
+    assert first.job_id == urgent.id
+
+
+def test_claim__lower_priorities_follow_in_the_same_claim_when_the_position_runs_out(
+    pg: None,
+) -> None:
+    enqueue_many(tasks.noop.using(priority=5), [((), {})] * 100)
+    enqueue_many(tasks.noop, [((), {})] * 100)
+    engine = engine_for(DB)
+    engine.claim(ME, QUEUES, 64)
+
+    got = engine.claim(ME, QUEUES, 64)
+
+    assert [job.priority for job in got] == [5] * 36 + [0] * 28
+
+
+def test_claim__a_job_ready_behind_the_position_waits_for_the_next_rescan_only(
+    pg: None,
+) -> None:
+    enqueue_many(tasks.noop, [((), {})] * 300)
+    engine = engine_for(DB)
+    engine.claim(ME, QUEUES, 64)
+    late = make_job(DB)  # due before the position: as if its transaction committed late
+    Job.objects.filter(id=late.id).update(run_after=timezone.now() - timedelta(hours=1))
+
+    before_rescan = {job.job_id for job in engine.claim(ME, QUEUES, 64)}
+    time.sleep(RESCAN_SECONDS)
+    [first] = engine.claim(ME, QUEUES, 1)
+
+    assert (late.id in before_rescan, first.job_id) == (False, late.id)
+
+
+def test_claim__an_idle_worker_claims_from_the_head(pg: None) -> None:
+    """A claim that came back short forgets the positions: the next job is found at once."""
+    enqueue_many(tasks.noop, [((), {})] * 64)
+    engine = engine_for(DB)
+    engine.claim(ME, QUEUES, 64)
+    engine.claim(ME, QUEUES, 64)  # nothing left: short
+    early = make_job(DB)
+    Job.objects.filter(id=early.id).update(run_after=timezone.now() - timedelta(hours=1))
+
+    [first] = engine.claim(ME, QUEUES, 64)
+
+    assert first.job_id == early.id
