@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connections, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from django_jobs import enqueue_many
@@ -59,6 +60,24 @@ def test_claim__under_a_held_horizon_reads_its_batch_not_every_job_claimed_befor
     assert read <= 2 * 64, f"the claim read {read} index entries for 64 jobs"
 
 
+def test_claim__under_a_held_horizon_a_worker_that_caught_up_reads_one_second_back_only(
+    pg: None, horizon_held: None
+) -> None:
+    """Caught up, it reads from a second before its position: the jobs of that second, no more."""
+    now = timezone.now()
+    enqueue_many(tasks.noop.using(run_after=now - timedelta(hours=1)), [((), {})] * 2_000)
+    enqueue_many(tasks.noop.using(run_after=now - timedelta(minutes=30)), [((), {})] * 100)
+    engine = engine_for(DB)
+    engine.claim(ME, QUEUES, 2_100)
+    engine.claim(ME, QUEUES, 64)  # nothing left: it has caught up
+    enqueue_many(tasks.noop, [((), {})] * 64)
+
+    taken, read = entries_read(lambda: engine.claim(ME, QUEUES, 64))
+
+    assert taken == 64
+    assert read <= 100 + 2 * 64, f"the claim read {read} index entries for 64 jobs"
+
+
 def test_claim__a_higher_priority_job_goes_first_under_a_backlog(pg: None) -> None:
     enqueue_many(tasks.noop, [((), {})] * 200)
     engine = engine_for(DB)
@@ -99,15 +118,17 @@ def test_claim__a_job_ready_behind_the_position_waits_for_the_next_rescan_only(
     assert (late.id in before_rescan, first.job_id) == (False, late.id)
 
 
-def test_claim__an_idle_worker_claims_from_the_head(pg: None) -> None:
-    """A claim that came back short forgets the positions: the next job is found at once."""
+def test_claim__a_worker_that_caught_up_finds_a_job_committed_under_a_second_late_at_once(
+    pg: None,
+) -> None:
     enqueue_many(tasks.noop, [((), {})] * 64)
     engine = engine_for(DB)
     engine.claim(ME, QUEUES, 64)
-    engine.claim(ME, QUEUES, 64)  # nothing left: short
-    early = make_job(DB)
-    Job.objects.filter(id=early.id).update(run_after=timezone.now() - timedelta(hours=1))
+    engine.claim(ME, QUEUES, 64)  # nothing left: it has caught up
+    position = Job.objects.aggregate(last=Max("run_after"))["last"]
+    late = make_job(DB)
+    Job.objects.filter(id=late.id).update(run_after=position - timedelta(seconds=0.5))
 
     [first] = engine.claim(ME, QUEUES, 64)
 
-    assert first.job_id == early.id
+    assert first.job_id == late.id

@@ -59,10 +59,8 @@ class PostgresEngine(Engine):
             claimed += got
             taken = map(_columns(names, ("queue", "priority", "position")), rows)
             positions.moved(taken, full=len(got) == size, resumed=resumed)
-            if len(got) < size:
-                if resumed:  # what is left may lie behind the positions, now forgotten
-                    claimed += self.claim_plain(worker, queues, limit - len(claimed))
-                break  # the queues ran out
+            if len(got) < size:  # the queues ran out
+                break
         return claimed
 
     def claim_flow(self, worker: WorkerIdentity, queue: str, limit: int) -> list[Claimed]:

@@ -8,22 +8,21 @@ from its head walks past every job claimed since. On our benchmark host,
 120,000 such entries cost each claim 11 ms of PostgreSQL's time; read from
 where the last claim ended, the same claim took 0.06 ms.
 
-So, under a backlog, a worker claims each queue from its position there:
-the priority and ``run_after`` of the last job its last full claim took.
-It reads the queue's jobs of a higher priority from their head (usually
-none), then the position's priority from ``run_after`` on. What lies behind
-a position is claimed from the head again:
-
-* when a claim from the positions comes back short: the jobs left may be of
-  a lower priority;
-* at least every ``RESCAN_SECONDS``, for jobs that became ready behind the
-  position: a transaction that committed after later ones, a job released or
-  scheduled in the past. Under a backlog such a job waits up to that much
-  longer than strict priority-then-age order would have it.
-
-A claim that comes back short forgets the positions: an idle worker reads
-from the head, as it always did. A claim rolled back after its positions
-were kept leaves its jobs behind them until the next rescan.
+So a worker claims each queue from its position there: the priority and
+``run_after`` of the last job it took from it. It reads the queue's jobs of
+a higher priority from their head (usually none), then those of the
+position's priority due from ``run_after`` on, then those of a lower
+priority from their head (usually none either). While its claims come back
+full (a backlog), it reads from the position itself; once one comes back
+short (it has caught up, jobs arrive as they are made), from
+``LAG_SECONDS`` before it, so a job whose transaction committed after a
+later job's is still found at once unless it committed that much later.
+What lies further behind a position is found by reading every queue from
+its head again, at least every ``RESCAN_SECONDS``: a job that committed
+late, one released, or one enqueued with a ``run_after`` in the past waits
+up to that much longer than strict priority-then-age order would have it.
+A claim rolled back after its positions were kept leaves its jobs behind
+them until then, too.
 """
 
 from __future__ import annotations
@@ -36,6 +35,8 @@ from psycopg.types.numeric import Int4
 
 # How often a worker with positions claims from the head all the same.
 RESCAN_SECONDS = 1.0
+# How far before its position a worker that has caught up reads.
+LAG_SECONDS = 1.0
 
 # Below every job's priority (a smallint): the first scan starts at the head,
 # and the second, on this priority, finds nothing. Priorities go as Int4:
@@ -50,6 +51,7 @@ class Positions:
     def __init__(self, rescan_seconds: float = RESCAN_SECONDS) -> None:
         self.rescan_seconds = rescan_seconds
         self._at: dict[str, tuple[Int4, str | None]] = {}
+        self._lag = 0.0
         self._rescan_at = 0.0
 
     def resuming(self) -> bool:
@@ -58,8 +60,9 @@ class Positions:
 
     def params(self, queues: Sequence[str]) -> dict[str, Any]:
         """The claim's parameters: each queue's priority and ``run_after`` to start from."""
-        at = self._at if self.resuming() else {}
-        params: dict[str, Any] = {}
+        resuming = self.resuming()
+        at = self._at if resuming else {}
+        params: dict[str, Any] = {"lag": self._lag if resuming else 0.0}
         for n, queue in enumerate(queues):
             params[f"priority_{n}"], params[f"since_{n}"] = at.get(queue, _HEAD)
         return params
@@ -67,14 +70,11 @@ class Positions:
     def moved(self, taken: Iterable[tuple[str, int, str]], *, full: bool, resumed: bool) -> None:
         """After a claim: ``taken`` is each job's queue, priority and position, in claim order.
 
-        A full claim leaves each queue it took from at its last job; from the
-        head, it also starts the time to the next rescan. A short one
-        forgets every position.
+        Each queue it took from is left at its last job. A claim from the head
+        starts the time to the next rescan.
         """
-        if not full:
-            self._at.clear()
-            return
         for queue, priority, position in taken:
             self._at[queue] = (Int4(priority), position)
+        self._lag = 0.0 if full else LAG_SECONDS
         if not resumed:
             self._rescan_at = time.monotonic() + self.rescan_seconds

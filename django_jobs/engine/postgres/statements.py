@@ -79,17 +79,27 @@ _PICK_PLAIN = f"""
     -- them are taken below.
     --
     -- Each queue is read from the worker's position in it (positions.py):
-    -- first its jobs of a higher priority than the position's, from their
-    -- head, then those of the position's priority due at or after its
-    -- run_after. From the head, the position's priority is below any job's
-    -- and the second scan finds nothing. Locking is not allowed beside a
-    -- UNION, hence the subqueries.
+    -- its jobs of a higher priority than the position's, from their head;
+    -- then those of the position's priority due at or after its run_after
+    -- (less the lag); then those of a lower priority, from their head. Each
+    -- scan runs only if those before it left the batch short. From the head,
+    -- the position's priority is below any job's: the first scan reads the
+    -- whole queue in order, the others find nothing. Locking is not allowed
+    -- beside a UNION, hence the subqueries.
     CROSS JOIN LATERAL (
         SELECT * FROM ({_queue_scan("priority > wanted.priority")}
         ) AS higher
         UNION ALL
-        SELECT * FROM ({_queue_scan("priority = wanted.priority AND run_after >= wanted.since")}
+        SELECT * FROM ({
+    _queue_scan(
+        "priority = wanted.priority"
+        " AND run_after >= wanted.since - %(lag)s::float8 * interval '1 second'"
+    )
+}
         ) AS resumed
+        UNION ALL
+        SELECT * FROM ({_queue_scan("priority < wanted.priority")}
+        ) AS lower
         LIMIT {{limit}}
     ) AS head
     WHERE wanted.queue NOT IN (SELECT queue FROM django_jobs_queuestate WHERE paused)
