@@ -49,7 +49,13 @@ class PostgresEngine(Engine):
     def claim_plain(
         self, worker: WorkerIdentity, queues: Sequence[str], limit: int
     ) -> list[Claimed]:
-        positions = self._positions.setdefault(worker.id, Positions())
+        positions = self._positions.get(worker.id)
+        if positions is None:
+            # A worker process claims as one worker; each testing drain is one
+            # more: the oldest are dropped, and would only claim from the head.
+            if len(self._positions) >= _POSITIONS_KEPT:
+                del self._positions[next(iter(self._positions))]
+            positions = self._positions[worker.id] = Positions()
         wanted = tuple(queues)
         claimed: list[Claimed] = []
         for size in statements.claim_sizes(limit):
@@ -311,6 +317,9 @@ def _json(value: Any) -> Any:
     # Most jobs take no positional or no keyword arguments: no parse for those.
     return [] if value == "[]" else {} if value == "{}" else json.loads(value)
 
+
+# Workers whose claim positions an engine keeps (claim_plain).
+_POSITIONS_KEPT = 64
 
 # The claim's columns are Claimed's fields, in their order; these hold JSON.
 _CLAIMED = tuple(field.name for field in dataclasses.fields(Claimed))
