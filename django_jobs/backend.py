@@ -199,7 +199,7 @@ class JobsBackend(BaseTaskBackend):
         from .dependencies import dependency_ids, wait_for
         from .enqueue import accept_many
         from .membership import member_of
-        from .results import JobResult, build, result_fields
+        from .results import Stamp, build
         from .rows import new_job
 
         if isinstance(task, JobTask) and task.idempotency_key is not None:
@@ -225,7 +225,7 @@ class JobsBackend(BaseTaskBackend):
         if after:
             # Refuses a bad dependency now; sets the state the results report.
             wait_for(self.engine, prototype, after, lock=False)
-        shared = result_fields(build(task, prototype, [], EnqueueOutcome.CREATED))
+        stamp = Stamp(build(task, prototype, [], EnqueueOutcome.CREATED))
         results: list[JobResult[P, T]] = []
         ids = new_ids(len(given))
         # timezone.now() reads settings.USE_TZ through the lazy settings on
@@ -243,16 +243,7 @@ class JobsBackend(BaseTaskBackend):
                     call = Call(ids[index], *encoded, now, template["run_after"] or now)
                 except EnqueueError as exc:
                     raise type(exc)(f"call {index}: {exc}") from None
-                results.append(
-                    JobResult(
-                        **shared,
-                        id=call.id,
-                        args=args,
-                        kwargs=kwargs,
-                        enqueued_at=call.at,
-                        run_after=call.run_after,
-                    )
-                )
+                results.append(stamp(call.id, args, kwargs, call.at, call.run_after))
                 yield call
 
         def announce() -> None:
@@ -268,7 +259,7 @@ class JobsBackend(BaseTaskBackend):
             len(given),
             lambda: accept_many(self.engine, prototype, validated(), announce, after),
         )
-        if prototype.state != shared["state"]:
+        if prototype.state != stamp.template.state:
             # A dependency finished between the unlocked look and the locked one.
             for result in results:
                 object.__setattr__(result, "state", JobState(prototype.state))

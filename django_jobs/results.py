@@ -10,7 +10,7 @@ returned (``codec.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -179,17 +179,46 @@ def build(
     return result
 
 
-_PER_CALL = frozenset({"id", "args", "kwargs", "enqueued_at", "run_after"})
+_PER_CALL = ("id", "args", "kwargs", "enqueued_at", "run_after")
 
 
-def result_fields(result: JobResult) -> dict[str, Any]:
-    """``result``'s constructor arguments but those that differ between the jobs of a batch.
+class Stamp[**Q, R]:
+    """Results of one enqueue_many batch: ``template``'s, but for each call's own fields.
 
-    enqueue_many builds one result per job from these: a keyword call is less
-    than half the cost of ``build`` or ``dataclasses.replace``.
+    The template's values go into each new result through the slots'
+    descriptors, as ``__init__`` would set them, without its keyword parsing
+    and frozen-field guard: 1.7 µs a result against 4.4 µs for a keyword
+    call, a fifth of a bulk enqueue's time per job. ``__post_init__`` has
+    nothing to add: the template ran it, and the calls' arguments are
+    already in their stored form.
     """
-    return {
-        f.name: getattr(result, f.name)
-        for f in fields(JobResult)
-        if f.init and f.name not in _PER_CALL
-    }
+
+    def __init__(self, template: JobResult[Q, R]) -> None:
+        self.template = template
+        slots = {name: getattr(JobResult, name) for name in _slots(JobResult)}
+        self._shared = [
+            (descriptor.__set__, descriptor.__get__(template))
+            for name, descriptor in slots.items()
+            if name not in _PER_CALL and hasattr(template, name)
+        ]
+        self._own = tuple(slots[name].__set__ for name in _PER_CALL)
+
+    def __call__(
+        self,
+        id: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        enqueued_at: datetime,
+        run_after: datetime,
+    ) -> JobResult[Q, R]:
+        result: JobResult[Q, R] = object.__new__(JobResult)
+        for put, value in self._shared:
+            put(result, value)
+        for put, value in zip(self._own, (id, args, kwargs, enqueued_at, run_after), strict=True):
+            put(result, value)
+        return result
+
+
+def _slots(cls: type) -> list[str]:
+    """Every slot of ``cls`` and its bases: one per dataclass field."""
+    return [name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ())]
