@@ -195,13 +195,12 @@ class Stamp[**Q, R]:
 
     def __init__(self, template: JobResult[Q, R]) -> None:
         self.template = template
-        slots = {name: getattr(JobResult, name) for name in _slots(JobResult)}
         self._shared = [
             (descriptor.__set__, descriptor.__get__(template))
-            for name, descriptor in slots.items()
+            for name, descriptor in _SLOTS.items()
             if name not in _PER_CALL and hasattr(template, name)
         ]
-        self._own = tuple(slots[name].__set__ for name in _PER_CALL)
+        self._own = tuple(_SLOTS[name].__set__ for name in _PER_CALL)
 
     def __call__(
         self,
@@ -219,6 +218,29 @@ class Stamp[**Q, R]:
         return result
 
 
-def _slots(cls: type) -> list[str]:
-    """Every slot of ``cls`` and its bases: one per dataclass field."""
-    return [name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ())]
+def replaced[**Q, R](result: JobResult[Q, R], **changes: Any) -> JobResult[Q, R]:
+    """``dataclasses.replace`` for a result, copied through its slots.
+
+    A worker sends ``task_finished`` with its running result so changed, once
+    per job: ``replace`` collects every field by name and runs ``__init__``
+    with them, 8 % of a busy worker's time. Unset slots stay unset.
+    """
+    copy: JobResult[Q, R] = object.__new__(JobResult)
+    for get, put in _COPIED:
+        try:
+            put(copy, get(result))
+        except AttributeError:
+            continue
+    for name, value in changes.items():
+        object.__setattr__(copy, name, value)
+    return copy
+
+
+# JobResult's slots (its own and its bases'), one per dataclass field, by name.
+_SLOTS: dict[str, Any] = {
+    name: getattr(JobResult, name)
+    for klass in JobResult.__mro__
+    for name in getattr(klass, "__slots__", ())
+}
+# Each slot's reader and writer, bound once: what ``replaced`` copies.
+_COPIED = [(descriptor.__get__, descriptor.__set__) for descriptor in _SLOTS.values()]

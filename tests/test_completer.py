@@ -225,6 +225,38 @@ def test_completer__an_abandoned_attempt_is_written_once_from_its_held_report(
     assert len(setup.running) == 0
 
 
+def test_completer__task_finished_carries_the_running_result_but_for_how_it_ended(
+    setup: Setup,
+) -> None:
+    from django_jobs.framework import task_finished
+    from django_jobs.worker.runner import TaskRunner
+
+    tasks.add.using(priority=7).enqueue(2, b=3)
+    (claimed,) = setup.claim(1)
+    attempt = setup.running.snapshot()[(claimed.job_id, claimed.token)]
+    outcome = TaskRunner(jobs_backend("default"), setup.me.id).run(claimed, attempt.control)
+    seen: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(task_result)
+
+    task_finished.connect(receiver)
+    try:
+        setup.write(outcome)
+    finally:
+        task_finished.disconnect(receiver)
+    [sent] = seen
+    ended = {"status", "state", "finished_at", "errors", "last_error", "_return_value"}
+
+    def kept(result: Any) -> dict[str, Any]:
+        return {f.name: getattr(result, f.name) for f in dataclasses.fields(result)} | {
+            name: None for name in ended
+        }
+
+    assert kept(sent) == kept(attempt.control.result)
+    assert (sent.status, sent.return_value, sent.errors) == ("SUCCESSFUL", 5, [])
+
+
 def test_completer__sends_djangos_task_finished_for_what_it_wrote(setup: Setup) -> None:
     from django_jobs.framework import task_finished
     from django_jobs.worker.runner import TaskRunner

@@ -14,7 +14,6 @@ applied.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import queue
 import time
 import uuid
@@ -27,6 +26,7 @@ from django.utils import timezone
 from ..codec import from_json
 from ..framework import TaskError, task_finished
 from ..metrics import record
+from ..results import replaced
 from ..states import JobState, django_status
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
@@ -172,7 +172,7 @@ class Completer:
             errors.append(
                 TaskError(exception_class_path=report.error_type, traceback=report.traceback)
             )
-        result = dataclasses.replace(
+        result = replaced(
             started,
             status=django_status(state),
             state=state,
