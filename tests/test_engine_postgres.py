@@ -144,8 +144,9 @@ def test_record_step__holds_the_lease_against_the_reaper_until_the_step_commits(
 def _claim_all(results: Any) -> None:
     connections.close_all()
     me = WorkerIdentity(uuid.uuid4(), "proc")
+    engine = engine_for(DB)  # one per process, as a worker has: it keeps its claim positions
     mine: list[str] = []
-    while batch := engine_for(DB).claim(me, QUEUES, 7):
+    while batch := engine.claim(me, QUEUES, 7):
         mine.extend(str(c.job_id) for c in batch)
     results.put(mine)
     connections.close_all()
