@@ -132,3 +132,18 @@ def test_claim__a_worker_that_caught_up_finds_a_job_committed_under_a_second_lat
     [first] = engine.claim(ME, QUEUES, 64)
 
     assert first.job_id == late.id
+
+
+def test_claim__each_queue_resumes_from_its_own_position_and_nothing_is_skipped(
+    pg: None,
+) -> None:
+    for _ in range(50):
+        make_job(DB, queue="a")
+        make_job(DB, queue="b")
+    engine = engine_for(DB)
+
+    got: list[Claimed] = []
+    while batch := engine.claim(ME, ("a", "b"), 16):
+        got += batch
+
+    assert (len(got), len({job.job_id for job in got})) == (100, 100)
