@@ -38,8 +38,8 @@ RESCAN_SECONDS = 1.0
 # How far before its position a worker that has caught up reads.
 LAG_SECONDS = 1.0
 
-# Below every job's priority (a smallint): the first scan starts at the head,
-# and the second, on this priority, finds nothing. Priorities go as Int4:
+# Below every job's priority (a smallint): the first scan reads the queue from
+# its head, and the other two find nothing. Priorities go as Int4:
 # psycopg gives a plain int the smallest type it fits, and a statement
 # prepared with other parameter types is another prepared statement.
 _HEAD = (Int4(-(2**15) - 1), None)
@@ -48,8 +48,7 @@ _HEAD = (Int4(-(2**15) - 1), None)
 class Positions:
     """One worker's positions, by queue; the worker's producer alone uses them."""
 
-    def __init__(self, rescan_seconds: float = RESCAN_SECONDS) -> None:
-        self.rescan_seconds = rescan_seconds
+    def __init__(self) -> None:
         self._at: dict[str, tuple[Int4, str | None]] = {}
         self._lag = 0.0
         self._rescan_at = 0.0
@@ -77,4 +76,4 @@ class Positions:
             self._at[queue] = (Int4(priority), position)
         self._lag = 0.0 if full else LAG_SECONDS
         if not resumed:
-            self._rescan_at = time.monotonic() + self.rescan_seconds
+            self._rescan_at = time.monotonic() + RESCAN_SECONDS
