@@ -59,12 +59,11 @@ class PostgresEngine(Engine):
         wanted = tuple(queues)
         claimed: list[Claimed] = []
         for size in statements.claim_sizes(limit):
-            resumed = positions.resuming()
             sql = statements.claim(wanted, size)
             got, names, rows = self._claim(sql, worker, positions.params(wanted))
             claimed += got
             taken = map(_columns(names, ("queue", "priority", "position")), rows)
-            positions.moved(taken, full=len(got) == size, resumed=resumed)
+            positions.moved(taken, full=len(got) == size)
             if len(got) < size:  # the queues ran out
                 break
         return claimed

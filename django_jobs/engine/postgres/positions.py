@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from functools import cache
 from typing import Any
 
 from psycopg.types.numeric import Int4
@@ -52,22 +53,22 @@ class Positions:
         self._at: dict[str, tuple[Int4, str | None]] = {}
         self._lag = 0.0
         self._rescan_at = 0.0
-
-    def resuming(self) -> bool:
-        """Whether the next claim reads from the positions rather than the head."""
-        return bool(self._at) and time.monotonic() < self._rescan_at
+        self._from_head = True
 
     def params(self, queues: Sequence[str]) -> dict[str, Any]:
-        """The claim's parameters: each queue's priority and ``run_after`` to start from."""
-        resuming = self.resuming()
-        at = self._at if resuming else {}
-        params: dict[str, Any] = {"lag": self._lag if resuming else 0.0}
-        for n, queue in enumerate(queues):
-            params[f"priority_{n}"], params[f"since_{n}"] = at.get(queue, _HEAD)
+        """The next claim's parameters: each queue's priority and ``run_after`` to start from.
+
+        From the head when no queue has a position yet or a rescan is due.
+        """
+        self._from_head = not self._at or time.monotonic() >= self._rescan_at
+        at = {} if self._from_head else self._at
+        params: dict[str, Any] = {"lag": 0.0 if self._from_head else self._lag}
+        for (priority, since), queue in zip(parameter_names(len(queues)), queues, strict=True):
+            params[priority], params[since] = at.get(queue, _HEAD)
         return params
 
-    def moved(self, taken: Iterable[tuple[str, int, str]], *, full: bool, resumed: bool) -> None:
-        """After a claim: ``taken`` is each job's queue, priority and position, in claim order.
+    def moved(self, taken: Iterable[tuple[str, int, str]], *, full: bool) -> None:
+        """After the claim ``params`` was for: each job's queue, priority and position, in order.
 
         Each queue it took from is left at its last job. A claim from the head
         starts the time to the next rescan.
@@ -75,5 +76,11 @@ class Positions:
         for queue, priority, position in taken:
             self._at[queue] = (Int4(priority), position)
         self._lag = 0.0 if full else LAG_SECONDS
-        if not resumed:
+        if self._from_head:
             self._rescan_at = time.monotonic() + RESCAN_SECONDS
+
+
+@cache
+def parameter_names(count: int) -> tuple[tuple[str, str], ...]:
+    """The names of ``count`` queues' position parameters, in the claim's text and its call."""
+    return tuple((f"priority_{n}", f"since_{n}") for n in range(count))

@@ -20,6 +20,7 @@ from psycopg import sql
 from ...models import Job
 from ...states import TRANSITIONS, BatchState, JobState, Transition
 from ...wakeup import CHANNEL
+from .positions import parameter_names
 
 # A quoted literal (kept as it is), or whitespace and comments (one space).
 _TOKENS = re.compile(r"('(?:[^']|'')*')|(?:\s|--[^\n]*)+")
@@ -69,6 +70,14 @@ def _queue_scan(condition: str) -> str:
         FOR UPDATE SKIP LOCKED"""
 
 
+# A queue's three scans from a position (positions.py): by priority, from it.
+_HIGHER = _queue_scan("priority > wanted.priority")
+_RESUMED = _queue_scan(
+    "priority = wanted.priority"
+    " AND run_after >= wanted.since - %(lag)s::float8 * interval '1 second'"
+)
+_LOWER = _queue_scan("priority < wanted.priority")
+
 _PICK_PLAIN = f"""
     SELECT head.id, head.state
     FROM (VALUES {{positions}}) AS wanted(queue, priority, since)
@@ -87,19 +96,11 @@ _PICK_PLAIN = f"""
     -- whole queue in order, the others find nothing. Locking is not allowed
     -- beside a UNION, hence the subqueries.
     CROSS JOIN LATERAL (
-        SELECT * FROM ({_queue_scan("priority > wanted.priority")}
-        ) AS higher
+        SELECT * FROM ({_HIGHER}) AS higher
         UNION ALL
-        SELECT * FROM ({
-    _queue_scan(
-        "priority = wanted.priority"
-        " AND run_after >= wanted.since - %(lag)s::float8 * interval '1 second'"
-    )
-}
-        ) AS resumed
+        SELECT * FROM ({_RESUMED}) AS resumed
         UNION ALL
-        SELECT * FROM ({_queue_scan("priority < wanted.priority")}
-        ) AS lower
+        SELECT * FROM ({_LOWER}) AS lower
         LIMIT {{limit}}
     ) AS head
     WHERE wanted.queue NOT IN (SELECT queue FROM django_jobs_queuestate WHERE paused)
@@ -285,8 +286,8 @@ def claim(queues: Sequence[str], limit: int) -> str:
     # a % in a name is doubled, as the statement still takes parameters.
     positions = ", ".join(
         f"({sql.Literal(queue).as_string(None).replace('%', '%%')}, "
-        f"%(priority_{n})s::integer, %(since_{n})s::timestamptz)"
-        for n, queue in enumerate(queues)
+        f"%({priority})s::integer, %({since})s::timestamptz)"
+        for (priority, since), queue in zip(parameter_names(len(queues)), queues, strict=True)
     )
     return _CLAIM.format(positions=positions, limit=int(limit))
 
