@@ -195,9 +195,10 @@ class JobsBackend(BaseTaskBackend):
         ``after=`` applies to every job of the batch (a fan-out).
         """
         self._check_task(task)  # first: it also says if the app is not installed
-        from .bulk import Call, new_ids
+        from .bulk import Call
         from .dependencies import dependency_ids, wait_for
         from .enqueue import accept_many
+        from .ids import new_ids
         from .membership import member_of
         from .results import Stamp, build
         from .rows import new_job

@@ -10,7 +10,6 @@ were most of the time of a 20,000-job batch; docs/benchmarks.md has the figures.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -37,24 +36,6 @@ class Call(NamedTuple):
     kwargs_json: str
     at: datetime  # enqueued_at and updated_at
     run_after: datetime  # ``at`` itself unless the options gave a time
-
-
-def new_ids(count: int) -> list[str]:
-    """``count`` random (version 4) UUIDs as text, from one read of the OS's random source.
-
-    The same as ``str(uuid.uuid4())`` each, at a third of the cost: one
-    ``os.urandom`` call and one ``hex()`` for the batch, no UUID objects.
-    """
-    raw = bytearray(os.urandom(16 * count))
-    for at in range(0, 16 * count, 16):
-        raw[at + 6] = raw[at + 6] & 0x0F | 0x40  # version 4
-        raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # the RFC 4122 variant
-    h = raw.hex()
-    return [
-        f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-{h[i + 12 : i + 16]}-"
-        f"{h[i + 16 : i + 20]}-{h[i + 20 : i + 32]}"
-        for i in range(0, 32 * count, 32)
-    ]
 
 
 def copy_jobs(db: str, prototype: Job, calls: Iterator[Call]) -> None:

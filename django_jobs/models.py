@@ -16,6 +16,7 @@ from django.db import models
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
+from .ids import new_id
 from .states import LEASED_STATES, AttemptOutcome, BatchState, JobState
 from .verbs import VERBS
 
@@ -23,7 +24,8 @@ from .verbs import VERBS
 class Job(models.Model):
     """One durable unit of work; the row exists iff the enqueuing transaction committed."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Time-ordered (ids.py): a new job's index entries go to the right edge.
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     backend = models.CharField(max_length=100, default="default")
     task_name = models.CharField(max_length=255, help_text="Module path of a registered task.")
     task_version = models.CharField(max_length=64, blank=True, default="")

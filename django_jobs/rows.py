@@ -6,7 +6,6 @@ build rows too (a batch's callback, in ``engine/batches.py``).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import datetime
 from functools import cache
@@ -14,6 +13,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from .ids import new_id
 from .models import Job
 
 
@@ -43,7 +43,7 @@ def new_job(
 ) -> Job:
     now = now or timezone.now()
     given = {
-        "id": uuid.uuid4(),
+        "id": new_id(),
         "backend": backend,
         "task_name": task_name,
         "task_version": task_version,

@@ -490,11 +490,3 @@ def test_enqueue_many__sends_task_enqueued_for_each_job_after_commit(pg: None) -
     finally:
         task_enqueued.disconnect(receiver)
     assert seen == [r.id for r in results]
-
-
-def test_enqueue_many__gives_each_job_a_distinct_random_uuid(pg: None) -> None:
-    results = enqueue_many(tasks.add, [((n, n), {}) for n in range(1000)])
-    ids = [uuid.UUID(r.id) for r in results]
-    assert {(i.version, i.variant) for i in ids} == {(4, uuid.RFC_4122)}
-    assert [str(i) for i in ids] == [r.id for r in results]
-    assert len(set(ids)) == Job.objects.count() == 1000

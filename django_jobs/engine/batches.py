@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from ..codec import from_json, to_json
 from ..exceptions import LockedRowChangedError
+from ..ids import new_id
 from ..models import Batch, Job
 from ..states import BatchState, JobState
 from .wakeups import wake_on_commit
@@ -121,11 +122,11 @@ def fire_due(db: str, ids: Sequence[uuid.UUID]) -> None:
         if batch.finished_at is None and batch.settled >= batch.total:
             changes.update(finished_at=now, state=BatchState.FINISHED)
             if batch.on_finish is not None:
-                changes["on_finish_job"] = uuid.uuid4()
+                changes["on_finish_job"] = new_id()
         if batch.succeeded_at is None and batch.succeeded >= batch.total:
             changes.update(succeeded_at=now, state=BatchState.SUCCEEDED)
             if batch.on_success is not None:
-                changes["on_success_job"] = uuid.uuid4()
+                changes["on_success_job"] = new_id()
         if not changes:
             continue
         written = (
