@@ -156,8 +156,18 @@ class Job(models.Model):
             ),
             # The admin's and the API's lists: newest first, whole and by state or tenant.
             models.Index(fields=["-enqueued_at", "-id"], name="django_jobs_recent_idx"),
+            # Partial: a queued or running job has no entry, so an enqueue and a
+            # claim (each a new row version) write none, and a vacuum has
+            # none of theirs to read. Those lists read other indexes: running
+            # jobs (as many as there are worker slots) through
+            # django_jobs_leased_idx; queued ones by walking the list above
+            # (a backlog is the newest jobs) or, when few, through the claim
+            # index. Succeeded jobs keep theirs: walking the list above past a
+            # backlog to find them would cost a read per queued job.
             models.Index(
-                fields=["state", "-enqueued_at", "-id"], name="django_jobs_state_recent_idx"
+                fields=["state", "-enqueued_at", "-id"],
+                condition=~Q(state__in=[JobState.QUEUED, JobState.RUNNING]),
+                name="django_jobs_state_recent_idx",
             ),
             # Partial: a job without a tenant gets no entry, so the enqueue, the
             # claim and the completion of an untenanted job (each a new row

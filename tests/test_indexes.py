@@ -11,7 +11,10 @@ import pytest
 from django.db import connection
 
 from django_jobs import enqueue_many
+from django_jobs.engine import engine_for
 from django_jobs.models import Job
+from django_jobs.testing import drain
+from tests.test_engine import ME, QUEUES
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
@@ -41,3 +44,61 @@ def test_tenant_index__one_tenants_list_reads_it_newest_first(pg: None) -> None:
     plan = newest.explain()
 
     assert "django_jobs_tenant_recent_idx" in plan and "Sort" not in plan, plan
+
+
+def test_state_index__enqueue_and_claim_write_no_entry(pg: None) -> None:
+    before = index_bytes("django_jobs_state_recent_idx")  # a page holds ~200 entries
+    enqueue_many(tasks.noop, [((), {})] * 1_000)
+
+    assert len(engine_for("default").claim(ME, QUEUES, 1_000)) == 1_000
+
+    assert index_bytes("django_jobs_state_recent_idx") == before
+
+
+def newest_first_plan(state: str) -> str:
+    return Job.objects.filter(state=state).order_by("-enqueued_at", "-id")[:20].explain()
+
+
+def test_state_lists__finished_states_read_their_index_running_ones_the_lease_index(
+    pg: None,
+) -> None:
+    enqueue_many(tasks.noop, [((), {})] * 1_000)
+    drain(max_attempts=2_000)
+    enqueue_many(tasks.gives_up, [((), {})] * 50)
+    assert drain().failed == 50
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job")
+
+    plans = {state: newest_first_plan(state) for state in ("succeeded", "failed", "running")}
+
+    assert "Sort" not in plans["succeeded"] and "Seq Scan" not in plans["succeeded"]
+    assert "django_jobs_state_recent_idx" in plans["failed"], plans["failed"]
+    assert "Sort" not in plans["failed"], plans["failed"]
+    assert "django_jobs_leased_idx" in plans["running"], plans["running"]
+
+
+def test_lists_under_a_backlog__queued_walk_the_whole_list_succeeded_their_own(
+    pg: None,
+) -> None:
+    enqueue_many(tasks.noop, [((), {})] * 100)
+    drain()
+    enqueue_many(tasks.noop, [((), {})] * 3_000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job")
+
+    queued, succeeded = newest_first_plan("queued"), newest_first_plan("succeeded")
+
+    assert "django_jobs_recent_idx" in queued and "Sort" not in queued, queued
+    assert "django_jobs_state_recent_idx" in succeeded and "Sort" not in succeeded, succeeded
+
+
+def test_queued_list__a_few_queued_jobs_are_read_through_a_claim_index(pg: None) -> None:
+    enqueue_many(tasks.noop, [((), {})] * 2_000)
+    drain(max_attempts=3_000)
+    enqueue_many(tasks.noop, [((), {})] * 5)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_jobs_job")
+
+    plan = newest_first_plan("queued")
+
+    assert "django_jobs_recent_idx" not in plan and "Seq Scan" not in plan, plan
