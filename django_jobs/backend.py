@@ -55,6 +55,7 @@ from .framework import (
 from .generic import P, T
 from .payload import check_arguments
 from .retry import Backoff, RetryPolicy
+from .signals import send_each
 from .states import JobState
 from .tasks import JobTask
 from .unique import EnqueueOutcome, problem, rule_of
@@ -251,9 +252,7 @@ class JobsBackend(BaseTaskBackend):
             from .metrics import record
 
             record.enqueued(prototype.queue, prototype.task_name, len(results))
-            if task_enqueued.has_listeners(type(self)):
-                for result in results:
-                    task_enqueued.send(type(self), task_result=result)
+            send_each(task_enqueued, type(self), "task_result", results)
 
         tracing.sending_many(
             prototype,

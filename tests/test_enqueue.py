@@ -490,3 +490,22 @@ def test_enqueue_many__sends_task_enqueued_for_each_job_after_commit(pg: None) -
     finally:
         task_enqueued.disconnect(receiver)
     assert seen == [r.id for r in results]
+
+
+def test_enqueue_many__sends_task_enqueued_to_sync_and_async_receivers_alike(pg: None) -> None:
+    seen: list[tuple[str, str, Any]] = []
+
+    def in_sync(signal: Any, sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("sync", task_result.id, signal))
+
+    async def in_async(signal: Any, sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("async", task_result.id, signal))
+
+    task_enqueued.connect(in_sync)
+    task_enqueued.connect(in_async)
+    try:
+        results = enqueue_many(tasks.add, [((n, n), {}) for n in range(3)])
+    finally:
+        task_enqueued.disconnect(in_sync)
+        task_enqueued.disconnect(in_async)
+    assert seen == [(kind, r.id, task_enqueued) for r in results for kind in ("sync", "async")]

@@ -27,6 +27,7 @@ from ..codec import from_json
 from ..framework import TaskError, task_finished
 from ..metrics import record
 from ..results import replaced
+from ..signals import send_each
 from ..states import JobState, django_status
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
@@ -147,6 +148,9 @@ class Completer:
         self.jobs_done += len(reports)
         _log(done, ended)
         record.finished(done.applied, ended)
+        # Django's task_finished, sent once the batch is applied, in its order.
+        listening = task_finished.has_listeners(self.sender)
+        finished: list[JobResult] = []
         for report, state in done.applied:
             if state is JobState.QUEUED and report.decision is not None:
                 self.on_retry(time.monotonic() + report.decision.delay)
@@ -155,32 +159,30 @@ class Completer:
                 delay = (report.wake_at - timezone.now()).total_seconds()
                 self.on_retry(time.monotonic() + max(0.0, delay))
             attempt = ended.get(_key(report))
-            if attempt is not None:
-                self._send_finished(report, state, attempt.control.result)
+            if listening and attempt is not None and attempt.control.result is not None:
+                finished.append(_finished_result(report, state, attempt.control.result))
+        send_each(task_finished, self.sender, "task_result", finished)
 
-    def _send_finished(self, report: Report, state: JobState, started: JobResult | None) -> None:
-        """Django's task_finished, from what this worker knows: no extra query per job.
 
-        ``errors`` holds this attempt's error only; ``get_result()`` has them all.
-        An isolated attempt sent task_started in its child, so there is no
-        ``started`` result here and no task_finished either.
-        """
-        if started is None or not task_finished.has_listeners(self.sender):
-            return
-        errors = []
-        if report.error_type:
-            errors.append(
-                TaskError(exception_class_path=report.error_type, traceback=report.traceback)
-            )
-        result = replaced(
-            started,
-            status=django_status(state),
-            state=state,
-            finished_at=timezone.now(),
-            errors=errors,
-            last_error=report.error_message,
-        )
-        if state is JobState.SUCCEEDED:
-            value = from_json(report.result, "the return value")  # as get_result() gives it
-            object.__setattr__(result, "_return_value", value)
-        task_finished.send(self.sender, task_result=result)
+def _finished_result(report: Report, state: JobState, started: JobResult) -> JobResult:
+    """The result Django's task_finished is sent with, from what this worker knows: no query.
+
+    ``errors`` holds this attempt's error only; ``get_result()`` has them all.
+    An isolated attempt sent task_started in its child, so it has no
+    ``started`` result here and no task_finished either.
+    """
+    errors = []
+    if report.error_type:
+        errors.append(TaskError(exception_class_path=report.error_type, traceback=report.traceback))
+    result = replaced(
+        started,
+        status=django_status(state),
+        state=state,
+        finished_at=timezone.now(),
+        errors=errors,
+        last_error=report.error_message,
+    )
+    if state is JobState.SUCCEEDED:
+        value = from_json(report.result, "the return value")  # as get_result() gives it
+        object.__setattr__(result, "_return_value", value)
+    return result
