@@ -110,7 +110,13 @@ def _ratios(runs: list[list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     return {
         peer: {
             key: _same_run(runs, key, key, peer)
-            for key in ("w1_one_by_one_jobs_s", "w2_defaults_jobs_s", "w2_best_jobs_s", "w4_jobs_s")
+            for key in (
+                "w1_one_by_one_jobs_s",
+                "w1_bulk_jobs_s",
+                "w2_defaults_jobs_s",
+                "w2_best_jobs_s",
+                "w4_jobs_s",
+            )
         }
         for peer in peers
     }
@@ -167,6 +173,12 @@ def _targets(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         ("W3 p50 ≤ 3 ms", own(lambda r: _read(r, "w3_p50_ms")), 3.0, False),
         ("W4 ≥ 0.9x W2 (best)", own(w4_over_w2), 0.9, True),
         ("bulk W1 ≥ 20,000 jobs/s", own(lambda r: _read(r, "w1_bulk_jobs_s")), 20000.0, True),
+        (
+            "bulk W1 ≥ 1.5x PgQueuer",
+            _same_run(runs, "w1_bulk_jobs_s", "w1_bulk_jobs_s", "pgqueuer"),
+            1.5,
+            True,
+        ),
         ("W5 ≤ 100 MB", own(lambda r: _read(r, "w5_defaults_mb")), 100.0, False),
     ]
     out = []
@@ -233,12 +245,13 @@ def to_markdown(summary: dict[str, Any]) -> str:
             "",
             f"Same-run ratios, {US} / peer (median over runs, min-max):",
             "",
-            "| peer | W1 1-by-1 | W2 one process | W2 best | W4 |",
-            "| --- | ---: | ---: | ---: | ---: |",
+            "| peer | W1 1-by-1 | W1 bulk | W2 one process | W2 best | W4 |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
         for name, row in ratios.items():
             lines.append(
                 f"| {name} | {cell(row['w1_one_by_one_jobs_s'])}"
+                f" | {cell(row.get('w1_bulk_jobs_s'))}"
                 f" | {cell(row['w2_defaults_jobs_s'])} | {cell(row['w2_best_jobs_s'])}"
                 f" | {cell(row['w4_jobs_s'])} |"
             )
