@@ -113,9 +113,12 @@ def send_each(signal: Signal, sender: type, name: str, values: Iterable[Any]) ->
     receiver Django connects, a sixth of a 20,000-job ``enqueue_many``. The
     receivers get the same calls in the same order as from one send per
     value. With an async receiver connected, each value is sent as usual:
-    ``send`` runs those through ``async_to_sync``.
+    ``send`` runs those through ``async_to_sync``. With no receiver,
+    ``values`` is not iterated, so a generator builds nothing for nobody.
     """
     sync_receivers, async_receivers = signal._live_receivers(sender)
+    if not sync_receivers and not async_receivers:
+        return
     if async_receivers:
         for value in values:
             signal.send(sender, **{name: value})

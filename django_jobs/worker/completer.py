@@ -149,8 +149,7 @@ class Completer:
         _log(done, ended)
         record.finished(done.applied, ended)
         # Django's task_finished, sent once the batch is applied, in its order.
-        listening = task_finished.has_listeners(self.sender)
-        finished: list[JobResult] = []
+        finished: list[tuple[Report, JobState, JobResult]] = []
         for report, state in done.applied:
             if state is JobState.QUEUED and report.decision is not None:
                 self.on_retry(time.monotonic() + report.decision.delay)
@@ -159,9 +158,11 @@ class Completer:
                 delay = (report.wake_at - timezone.now()).total_seconds()
                 self.on_retry(time.monotonic() + max(0.0, delay))
             attempt = ended.get(_key(report))
-            if listening and attempt is not None and attempt.control.result is not None:
-                finished.append(_finished_result(report, state, attempt.control.result))
-        send_each(task_finished, self.sender, "task_result", finished)
+            if attempt is not None and attempt.control.result is not None:
+                finished.append((report, state, attempt.control.result))
+        send_each(
+            task_finished, self.sender, "task_result", (_finished_result(*f) for f in finished)
+        )
 
 
 def _finished_result(report: Report, state: JobState, started: JobResult) -> JobResult:
