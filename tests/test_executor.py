@@ -247,10 +247,17 @@ class Recorder:
         self.delivered: queue.SimpleQueue[tuple[str, uuid.UUID]] = queue.SimpleQueue()
         self.hold = threading.Event()
         self.hold.set()
+        self.held = 0
+        self.held_changed = threading.Condition()
         self.threads = JobThreads(size, self.run, self.deliver)
 
     def run(self, claimed: Claimed, control: AttemptControl) -> Outcome:
+        with self.held_changed:
+            self.held += 1
+            self.held_changed.notify_all()
         self.hold.wait(30)
+        with self.held_changed:
+            self.held -= 1
         return ChildDied(job_id=claimed.job_id, token=1, attempt_id=1, exit_code=0)
 
     def deliver(self, outcome: Outcome) -> None:
@@ -264,6 +271,12 @@ class Recorder:
     def next(self) -> tuple[str, uuid.UUID]:
         return self.delivered.get(timeout=30)
 
+    def await_held(self, count: int) -> None:
+        """Wait until ``count`` attempts are inside ``run``: released sooner, a thread
+        that finished early could take the attempt a new thread was started for."""
+        with self.held_changed:
+            assert self.held_changed.wait_for(lambda: self.held == count, timeout=30)
+
 
 def test_job_threads__start_a_thread_only_when_none_is_idle() -> None:
     recorder = Recorder(size=4)
@@ -274,6 +287,7 @@ def test_job_threads__start_a_thread_only_when_none_is_idle() -> None:
     recorder.hold.clear()
     for _ in range(3):
         recorder.start()
+    recorder.await_held(3)
     recorder.hold.set()
     at_once = {recorder.next()[0] for _ in range(3)}
 
