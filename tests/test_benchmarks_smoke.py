@@ -63,6 +63,7 @@ def test_every_workload_runs_at_tiny_size_for_django_jobs() -> None:
     assert -5 < result["w3"]["p50_ms"] <= result["w3"]["p95_ms"] < 5000
     assert result["w4"]["jobs_s"] > 0
     assert result["w6"]["capacity_jobs_s"] > 0
+    assert [w["warmup"] for w in result["w6"]["windows"]][:2] == [True, False]
     assert result["w6"]["windows"][0]["dead_tuples"]["django_jobs_job"] >= 0
     for phase in ("clean", "pinned", "recovery"):
         assert result["w7"][phase]["completed_s"] > 0
