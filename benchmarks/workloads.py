@@ -200,7 +200,7 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
                 windows.append(
                     {
                         "t_s": round(now - started, 1),
-                        "warmup": now - started <= sizes.overload_warmup + 0.5,
+                        "warmup": window_start < started + sizes.overload_warmup,
                         "completed_s": (done - done_before) / (now - window_start),
                         "backlog": backlog,
                         "dead_tuples": peer.dead_tuples(),
@@ -214,16 +214,23 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
     finally:
         workers.stop()
     peer.reset()
-    rates = [w["completed_s"] for w in windows if not w["warmup"]]
     return {
         "capacity_jobs_s": capacity,
         "capacity_runs_jobs_s": capacities,
         "offered_jobs_s": offered,
         "windows": windows,
+        **judge_windows(windows, capacity),
+        "final_backlog": windows[-1]["backlog"],
+    }
+
+
+def judge_windows(windows: list[dict[str, Any]], capacity: float) -> dict[str, float]:
+    """W6's verdict: the median and the lowest completions of the windows after the warm-up."""
+    rates = [w["completed_s"] for w in windows if not w["warmup"]]
+    return {
         "median_completed_s": statistics.median(rates),
         "min_completed_s": min(rates),
         "min_ratio": min(rates) / capacity,
-        "final_backlog": windows[-1]["backlog"],
     }
 
 
