@@ -33,6 +33,18 @@ def _cpu_seconds(pid: int) -> float | None:
     return None
 
 
+def machine_ticks() -> tuple[int, int]:
+    """Clock ticks of every core since boot: (busy, all), from ``/proc/stat``.
+
+    Busy is everything but idle and iowait. Differenced over a window, it
+    says how much of the machine was in use: on two cores a producer and its
+    server backend take their share of the same CPUs the workers need.
+    """
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def _backends(db: str) -> list[int]:
     """The server processes serving ``db`` (their title names the database)."""
     found = []

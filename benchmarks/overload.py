@@ -112,6 +112,10 @@ def markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
             out.append(f"- {peer}, capacity drains (jobs/s): {runs}")
             out.append(f"- {peer}, completed/s per window (warm-up in brackets): {rates}")
             out.append(f"- {peer}, dead tuples of its tables per window: {dead}")
+            producer = " ".join(f"{w['producer_cores']:.2f}" for w in w6["windows"])
+            busy = " ".join(f"{w['machine_busy']:.0%}" for w in w6["windows"])
+            out.append(f"- {peer}, cores the producer used per window: {producer}")
+            out.append(f"- {peer}, machine busy per window: {busy}")
         out.append("")
     return "\n".join(out)
 

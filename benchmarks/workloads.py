@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import pg, record
-from benchmarks.cost import CostMeter
+from benchmarks.cost import CostMeter, machine_ticks
 from benchmarks.peers.base import Peer, WorkerSetting
 from benchmarks.rss import PeakSampler
 
@@ -164,10 +164,12 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
     judged against it. Then the same workers run while a producer offers
     ``overload_factor`` x that rate in bulk batches on a wall-clock schedule
     (no drift), and every window records the completions (jobs enqueued
-    minus jobs pending, differenced), the backlog and the dead tuples of the
-    peer's tables. The windows of the first ``overload_warmup`` seconds,
-    while the workers start, are kept but not judged: a start-up is what W2
-    measures, not what a growing backlog does. A queue that keeps its
+    minus jobs pending, differenced), the backlog, the dead tuples of the
+    peer's tables, the cores the producer used and how busy the machine was
+    (the producer and its server backend share the workers' cores). The
+    windows of the first ``overload_warmup`` seconds, while the workers
+    start, are kept but not judged: a start-up is what W2 measures, not what
+    a growing backlog does. A queue that keeps its
     promise completes about its capacity in every judged window; one whose
     claim slows down with dead tuples does not.
     """
@@ -187,6 +189,7 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
     try:
         started = time.monotonic()
         next_batch, next_window, window_start = started, started + sizes.overload_window, started
+        producer_before, ticks_before = time.process_time(), machine_ticks()
         ends = started + sizes.overload_warmup + sizes.overload_seconds
         while (now := time.monotonic()) < ends:
             if now >= next_batch:
@@ -197,6 +200,7 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
             if now >= next_window:
                 backlog = peer.pending()
                 done = enqueued - backlog
+                producer, ticks = time.process_time(), machine_ticks()
                 windows.append(
                     {
                         "t_s": round(now - started, 1),
@@ -204,9 +208,15 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
                         "completed_s": (done - done_before) / (now - window_start),
                         "backlog": backlog,
                         "dead_tuples": peer.dead_tuples(),
+                        # Cores the producer (this process) used, and the
+                        # share of the machine in use: the offer is not free.
+                        "producer_cores": (producer - producer_before) / (now - window_start),
+                        "machine_busy": (ticks[0] - ticks_before[0])
+                        / max(1, ticks[1] - ticks_before[1]),
                     }
                 )
                 done_before, window_start = done, now
+                producer_before, ticks_before = producer, ticks
                 next_window += sizes.overload_window
             if workers.all_exited():
                 raise RuntimeError(f"{peer.name}: workers exited\n{workers.output()}")
