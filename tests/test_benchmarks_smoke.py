@@ -58,9 +58,11 @@ def test_every_workload_runs_at_tiny_size_for_django_jobs() -> None:
         assert result["w2"][setting]["peak_rss_mb"] > 0  # W5
     # The probe stamps its first line before the harness reads its clock after
     # the commit returns whenever the worker, woken by the commit's NOTIFY, is
-    # scheduled first: a few ms below zero on a busy host (docs/benchmarks.md
-    # says the same of PgQueuer's p50). Anything lower is a broken clock.
-    assert -5 < result["w3"]["p50_ms"] <= result["w3"]["p95_ms"] < 5000
+    # scheduled first: below zero by as long as the harness waits for a core
+    # (docs/benchmarks.md says the same of PgQueuer's p50), -6.9 ms seen in CI
+    # with the suite's other processes beside it. A broken clock (another
+    # clock, another time zone) is off by a second or more.
+    assert -1000 < result["w3"]["p50_ms"] <= result["w3"]["p95_ms"] < 5000
     assert result["w4"]["jobs_s"] > 0
     assert result["w6"]["capacity_jobs_s"] > 0
     windows = result["w6"]["windows"]
