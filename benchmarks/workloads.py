@@ -169,9 +169,9 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
     (the producer and its server backend share the workers' cores). The
     windows of the first ``overload_warmup`` seconds, while the workers
     start, are kept but not judged: a start-up is what W2 measures, not what
-    a growing backlog does. A queue that keeps its
-    promise completes about its capacity in every judged window; one whose
-    claim slows down with dead tuples does not.
+    a growing backlog does. A queue that keeps its promise completes about
+    its capacity in every judged window; one whose claim slows down with dead
+    tuples does not.
     """
     best = peer.settings()["best"]
     capacities = []
