@@ -23,13 +23,17 @@ Counting what each tenant *received* is the point: ranking by what runs at
 this instant (the previous design) gave every tenant the same rank whenever
 nothing ran, and the tie went to the oldest job, the big backlog, every time.
 
-The clocks are written after the claim commits (``Engine.record_served``), one short
-statement that locks the rows in tenant order: claimers never wait on each
-other inside a claim, and a crash between the two loses one batch's
-accounting, never a job. PostgreSQL's fair claim (``CLAIM_FAIR`` in
-``engine/postgres/statements.py``) does this ranking in SQL; the claim that
-also counts limits, and SQLite's, call ``order`` below. Pure functions: the
-engines read and write the clocks.
+The clocks move in the claim's own transaction: written after its commit (an
+earlier design), another claimer could see the claimed jobs gone with their
+tenant's clock not yet moved, rank its next job level with a late tenant's and
+give it the tie, and the queue's time then passed the late tenant's clock: a
+turn lost for good, each time. Claimers that serve one tenant at once wait for
+each other's commit on its clock row (locked in tenant order, never in a
+cycle); a crash loses the claim and its accounting together. PostgreSQL's
+fair claim (``CLAIM_FAIR`` in ``engine/postgres/statements.py``) ranks and
+moves the clocks in SQL, in the claim statement; the claim that also counts
+limits, and SQLite's, call ``order`` below and ``Engine.record_served``. Pure
+functions: the engines read and write the clocks.
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ def prepared_claims() -> list[PreparedClaim]:
     with connections[DB].cursor() as cursor:
         cursor.execute(
             "SELECT custom_plans, generic_plans FROM pg_prepared_statements "
-            "WHERE statement LIKE '%%FROM (VALUES (%%UPDATE django_jobs_job AS job%%'"
+            "WHERE statement LIKE '%%FROM(VALUES (%%UPDATE django_jobs_job AS job%%'"
         )
         return [PreparedClaim(*row) for row in cursor.fetchall()]
 

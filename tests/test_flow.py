@@ -21,7 +21,7 @@ from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for
 from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.framework import task_backends
-from django_jobs.models import Attempt, Job, QueueEvent
+from django_jobs.models import Attempt, FairClock, Job, QueueEvent
 from django_jobs.values import Claimed, WorkerIdentity
 from tests.conftest import WorkerProcess, analyse_empty_tables, one_slot_fair_order, wait_until
 from tests.testapp import tasks
@@ -204,7 +204,9 @@ def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
     assert Counter(order[:200]) == {"gold": 150, "basic": 50}
 
 
-def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_not_nothing(pg: None) -> None:
+def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_and_counts_it_after_ours(
+    pg: None,
+) -> None:
     bulk_queue("tenant-a", 20)
     bulk_queue("tenant-b", 20)
     others: list[Claimed] = []
@@ -214,14 +216,17 @@ def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_not_nothing(pg
         connections.close_all()
 
     with transaction.atomic():
-        first = claim(["fair"], limit=4)  # its rows stay locked until this block commits
+        first = claim(["fair"], limit=4)  # its rows and clocks stay locked until this commits
         elsewhere = threading.Thread(target=claim_elsewhere)
         elsewhere.start()
-        elsewhere.join(10)  # a claim that waited for our locks would hang here, not pass
-        assert not elsewhere.is_alive()
+        elsewhere.join(0.5)  # it has ranked past our rows and waits for our clocks
+        assert elsewhere.is_alive()
+    elsewhere.join(10)
     assert {c.job_id for c in first}.isdisjoint(c.job_id for c in others)
     assert Counter(c.tenant for c in first) == {"tenant-a": 2, "tenant-b": 2}
     assert Counter(c.tenant for c in others) == {"tenant-a": 2, "tenant-b": 2}
+    clocks = FairClock.objects.filter(queue="fair").values_list("tenant", "claims", "finish")
+    assert sorted(clocks) == [("tenant-a", 4, 4.0), ("tenant-b", 4, 4.0)]
 
 
 @pytest.mark.scale
@@ -235,10 +240,15 @@ def test_workers__a_late_tenant_gets_its_100_jobs_within_250_claims_of_a_20000_j
     noop = tasks.noop.using(backend="fair")
     enqueue_many(noop.using(tenant="a"), [((), {})] * 20_000)
     wait_until(lambda: Attempt.objects.count() >= 50)  # the backlog is being worked on
-    with transaction.atomic():  # every claim of b's jobs comes after `since`
+    with transaction.atomic():
         enqueue_many(noop.using(tenant="b"), [((), {})] * 100)
-        since = Attempt.objects.aggregate(last=Max("id"))["last"]
-    after = Attempt.objects.filter(id__gt=since)
+        # A claim sees b's jobs only if it starts after this commit; one that
+        # started before it (a batch still running, or waiting for a core)
+        # cannot, and is not counted: claims are timed by their start.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            (since,) = cursor.fetchone()
+    after = Attempt.objects.filter(started_at__gte=since)
     wait_until(
         lambda: after.filter(job__tenant="b").count() == 100 or after.count() > 2_000, timeout=120
     )

@@ -36,7 +36,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from ..bulk import Call
@@ -123,19 +122,12 @@ class Engine(ABC):
 
     @abstractmethod
     def record_served(self, queue: str, served: Mapping[str, tuple[int, float]]) -> None:
-        """Move the fair clocks of the tenants a committed claim served."""
+        """Move the fair clocks of the tenants a claim served, in the claim's transaction.
 
-    def record_served_on_commit(self, queue: str, served: Mapping[str, tuple[int, float]]) -> None:
-        """``record_served`` once the claim commits, outside its transaction.
-
-        So no claimer holds the clock rows while it works; robust, since a
-        clock not moved costs one batch of accuracy and must not fail the
-        claim that already committed.
+        Committed with the claim, never after it: a claimer that saw the
+        claimed jobs gone and the clocks not yet moved would rank that
+        tenant's next jobs as still owed.
         """
-        if served:
-            transaction.on_commit(
-                lambda: self.record_served(queue, served), using=self.db, robust=True
-            )
 
     def idle(self, queues: Sequence[str]) -> bool:
         """No job of ``queues`` is queued or leased: a burst worker may exit."""

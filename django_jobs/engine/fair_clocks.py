@@ -21,7 +21,7 @@ def clocks(db: str, queue: str, tenants: Iterable[str]) -> dict[str, fairness.Cl
 def record(
     db: str, queue: str, served: Mapping[str, tuple[int, float]], weights: Mapping[str, float]
 ) -> None:
-    """Add what a committed claim gave each tenant to its clock (see ``fairness.advance``).
+    """Add what a claim gave each tenant to its clock (see ``fairness.advance``).
 
     The ORM way, for SQLite: it serialises writers, so reading the clocks and
     writing them back in one transaction is an upsert.

@@ -106,7 +106,7 @@ def claim_constrained(
                     claims=F("claims") + count
                 )
         if fair and rows:
-            engine.record_served_on_commit(queue, fairness.served(fair[row.id] for row in rows))
+            engine.record_served(queue, fairness.served(fair[row.id] for row in rows))
         return lease(db, worker, rows)
 
 

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from ...bulk import Call, copy_jobs
 from ...conf import JobsOptions
-from ...fairness import Head, served
+from ...fairness import Head
 from ...models import Job
 from ...payload import encode
 from ...signals import send_on_commit, signal_listeners
@@ -79,10 +79,7 @@ class PostgresEngine(Engine):
             "weight_tenants": list(weights),
             "weights": [float(w) for w in weights.values()],
         }
-        claimed, names, rows = self._claim(statements.CLAIM_FAIR, worker, fair)
-        if rows:
-            tenant_and_base = _columns(names, ("tenant", "base"))
-            self.record_served_on_commit(queue, served(map(tenant_and_base, rows)))
+        claimed, _, _ = self._claim(statements.CLAIM_FAIR, worker, fair)
         return claimed
 
     def _claim(
