@@ -182,13 +182,21 @@ _PICK_FAIR = f"""
     -- another worker claimed meanwhile is skipped, and the batch still
     -- fills), but cannot read it as "state = 'queued'" and plan a scan of
     -- every queued row through a partial index, as it did for a plan made on
-    -- an empty table. The join is one primary-key probe per ranked row.
+    -- an empty table. Each ranked row is one primary-key probe, written as a
+    -- lateral subquery so that no other plan exists: as a join, a plan made
+    -- while the table was small kept the whole table in memory and compared
+    -- every row with every ranked one (24 ms a claim of 64 once the table
+    -- held 10,000 finished jobs, and growing with them).
     SELECT job.id, job.state, ranked.base, ranked.weight
-    FROM ranked JOIN django_jobs_job AS job
-         ON job.id = ranked.id AND job.state = ranked.state
+    FROM ranked
+    CROSS JOIN LATERAL (
+        SELECT id, state
+        FROM django_jobs_job
+        WHERE id = ranked.id AND state = ranked.state
+        FOR UPDATE SKIP LOCKED
+    ) AS job
     ORDER BY ranked.place
     LIMIT %(limit)s
-    FOR UPDATE OF job SKIP LOCKED
 """
 
 
