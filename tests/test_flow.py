@@ -161,6 +161,16 @@ def test_key_limits__a_long_run_of_one_key_does_not_hold_back_the_other_keys(
 # -- fairness ----------------------------------------------------------------------------
 
 
+def test_claim__takes_flow_controlled_queues_in_the_order_of_their_names(pg: None) -> None:
+    """One lock order for every worker, whatever order each lists its queues in."""
+    for queue in ("limited", "fair"):
+        enqueue_many(tasks.noop.using(backend="flow", queue_name=queue), [((), {})] * 2)
+
+    got = claim(["limited", "fair"], limit=4)
+
+    assert [c.queue for c in got] == ["fair", "fair", "limited", "limited"]
+
+
 def bulk_queue(tenant: str, count: int) -> None:
     fair = tasks.noop.using(backend="flow", queue_name="fair", tenant=tenant)
     enqueue_many(fair, [((), {})] * count)

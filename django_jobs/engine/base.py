@@ -88,14 +88,18 @@ class Engine(ABC):
         as the worker heartbeats (``reap``). Paused queues are skipped. Queues with flow
         control (limits, fairness, rates) are claimed one by one after the
         others, so their limits hold across every worker; priority therefore
-        orders jobs within that split, not across it.
+        orders jobs within that split, not across it. They are claimed in
+        the order of their names, whatever the worker's order: each holds
+        locks until the claim commits (a limited queue's lock, a fair queue's
+        clock rows), and two workers taking them in opposite orders could
+        each wait for the other until PostgreSQL broke the deadlock.
         """
         if limit < 1:
             return []
         plain = [q for q in queues if not self.options.constrained(q)]
         got = self.claim_plain(worker, plain, limit) if plain else []
-        for queue in queues:
-            if len(got) < limit and queue not in plain:
+        for queue in sorted(set(queues).difference(plain)):
+            if len(got) < limit:
                 got += self.claim_flow(worker, queue, limit - len(got))
         return got
 
