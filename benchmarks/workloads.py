@@ -129,8 +129,7 @@ def w3_latency(peer: Peer, sizes: Sizes) -> dict[str, Any]:
         _wait_for(target, {0}, workers, 120)
         time.sleep(sizes.probe_gap)
         for number in range(1, sizes.probes + 1):
-            peer.enqueue_probe(number)
-            committed[number] = time.time()
+            committed[number] = peer.enqueue_probe(number)
             time.sleep(sizes.probe_gap)
         starts = _wait_for(target, set(committed), workers, 60)
     finally:
@@ -295,8 +294,7 @@ def w7_pressure(peer: Peer, sizes: Sizes) -> dict[str, Any]:
                     next_batch += gap
                 if now >= next_probe:
                     probes += 1
-                    peer.enqueue_probe(probes)
-                    committed[probes] = (phase, time.time())
+                    committed[probes] = (phase, peer.enqueue_probe(probes))
                     enqueued += 1
                     next_probe += sizes.pressure_probe_gap
                 if workers.all_exited():

@@ -150,8 +150,13 @@ class Peer(ABC):
             self.enqueue_one(count)
 
     @abstractmethod
-    def enqueue_probe(self, probe: int) -> None:
-        """Enqueue the W3 probe task with argument ``probe``, committed on return."""
+    def enqueue_probe(self, probe: int) -> float:
+        """Enqueue the W3 probe task with argument ``probe``; when it was committed.
+
+        Epoch seconds, read as soon as the commit (or the broker's publish)
+        returned: whatever the peer's client does after that, such as closing
+        a connection or an event loop, is not the pickup's time.
+        """
 
     @abstractmethod
     def pending(self) -> int:

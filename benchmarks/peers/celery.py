@@ -8,6 +8,7 @@ the harness's database holds only the W3 probe times... which go to Redis.
 from __future__ import annotations
 
 import sys
+import time
 
 from benchmarks.peers.base import Peer, WorkerSetting
 from benchmarks.targets.celery_app import BROKER, DONE_KEY, LAST_KEY
@@ -69,10 +70,11 @@ class CeleryRedis(Peer):
             noop.delay()
         self.expected += count
 
-    def enqueue_probe(self, probe: int) -> None:
+    def enqueue_probe(self, probe: int) -> float:
         from benchmarks.targets.celery_app import probe as probe_task
 
         probe_task.delay(probe)
+        return time.time()
 
     def pending(self) -> int:
         done = sum(int(v) for v in self.redis.hvals(DONE_KEY))

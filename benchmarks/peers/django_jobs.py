@@ -7,6 +7,7 @@ W1 bulk and the queuing for W2/W4 go through ``django_jobs.enqueue_many``
 from __future__ import annotations
 
 import sys
+import time
 from typing import ClassVar
 
 from benchmarks import pg
@@ -75,13 +76,14 @@ class DjangoJobs(Peer):
         if count > 1:
             pg.clone_rows(self.db, "django_jobs_job", count - 1, "state = 'queued'")
 
-    def enqueue_probe(self, probe: int) -> None:
+    def enqueue_probe(self, probe: int) -> float:
         from django.db import transaction
 
         from benchmarks.benchapp.tasks import probe as probe_task
 
         with transaction.atomic():
             probe_task.enqueue(probe)
+        return time.time()
 
     def pending(self) -> int:
         return int(

@@ -10,6 +10,7 @@ keeps all results (``save_limit=0``).
 from __future__ import annotations
 
 import sys
+import time
 from typing import ClassVar
 
 from benchmarks import pg
@@ -66,12 +67,13 @@ class DjangoQ2(Peer):
             for _ in range(count):
                 async_task("benchmarks.targets.plain.noop")
 
-    def enqueue_probe(self, probe: int) -> None:
+    def enqueue_probe(self, probe: int) -> float:
         from django.db import transaction
         from django_q.tasks import async_task
 
         with transaction.atomic():
             async_task("benchmarks.targets.plain.probe", probe)
+        return time.time()
 
     def pending(self) -> int:
         return int(pg.scalar(self.db, "SELECT count(*) FROM django_q_ormq"))

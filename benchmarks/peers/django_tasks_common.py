@@ -7,6 +7,7 @@ with ``task.enqueue()`` inside ``transaction.atomic()``, like django-jobs.
 from __future__ import annotations
 
 import sys
+import time
 from typing import ClassVar
 
 from benchmarks import pg
@@ -55,13 +56,14 @@ class DjangoTasksPeer(Peer):
         if count > 1:
             pg.clone_rows(self.db, self.table, count - 1, self.queued_where)
 
-    def enqueue_probe(self, probe: int) -> None:
+    def enqueue_probe(self, probe: int) -> float:
         from django.db import transaction
 
         from benchmarks.benchapp.tasks import probe as probe_task
 
         with transaction.atomic():
             probe_task.enqueue(probe)
+        return time.time()
 
     def pending(self) -> int:
         return int(

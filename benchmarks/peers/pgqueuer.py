@@ -7,6 +7,7 @@ Bulk path: ``Queries.enqueue`` with lists.
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, ClassVar
 
 from benchmarks import pg
@@ -72,11 +73,14 @@ class PgQueuer(Peer):
         self.run_sync(self._with_queries(bulk))
         return True
 
-    def enqueue_probe(self, probe: int) -> None:
-        async def one(queries: Any) -> None:
+    def enqueue_probe(self, probe: int) -> float:
+        # Autocommit: committed when enqueue returns, before the connection
+        # and the event loop are closed (about a millisecond more).
+        async def one(queries: Any) -> float:
             await queries.enqueue("probe", str(probe).encode())
+            return time.time()
 
-        self.run_sync(self._with_queries(one))
+        return float(self.run_sync(self._with_queries(one)))
 
     def pending(self) -> int:
         return int(pg.scalar(self.db, "SELECT count(*) FROM pgqueuer"))

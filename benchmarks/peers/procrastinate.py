@@ -7,6 +7,7 @@ Drains run with ``--one-shot`` (exit once no job is left).
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, ClassVar
 
 from benchmarks import pg
@@ -73,11 +74,12 @@ class Procrastinate(Peer):
         noop.batch_defer(*[{}] * count)
         return True
 
-    def enqueue_probe(self, probe: int) -> None:
+    def enqueue_probe(self, probe: int) -> float:
         from benchmarks.targets.procrastinate_app import probe as probe_task
 
         self.app  # noqa: B018
         probe_task.defer(number=probe)
+        return time.time()
 
     def pending(self) -> int:
         return int(
