@@ -104,7 +104,12 @@ def test_runworkers_metrics_port__counts_every_attempt_of_both_processes(
         done = sum(ours(samples, "django_jobs_attempts_finished_total").values())
         return samples if done == 31 else None
 
-    samples = wait_until(all_finished, timeout=60)
+    wait_until(all_finished, timeout=60)
+    # Once every finish is counted, every duration was observed before it (in
+    # each process, the same step, in that order); but a scrape reads the
+    # processes' files in the directory's order, not one moment of them all,
+    # so the scrape that saw the last finish may have read a histogram first.
+    samples = scrape(port)
     worker.stop()
 
     flaky_name, gives_up_name = "tests.testapp.tasks.flaky", "tests.testapp.tasks.gives_up"
