@@ -214,6 +214,18 @@ def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
     assert Counter(order[:200]) == {"gold": 150, "basic": 50}
 
 
+def waiting_for_a_lock() -> int:
+    """Sessions of this database waiting for a lock, read afresh: not this transaction's copy."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        (waiting,) = cursor.fetchone()
+    return int(waiting)
+
+
 def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_and_counts_it_after_ours(
     pg: None,
 ) -> None:
@@ -229,8 +241,7 @@ def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_and_counts_it_
         first = claim(["fair"], limit=4)  # its rows and clocks stay locked until this commits
         elsewhere = threading.Thread(target=claim_elsewhere)
         elsewhere.start()
-        elsewhere.join(0.5)  # it has ranked past our rows and waits for our clocks
-        assert elsewhere.is_alive()
+        wait_until(lambda: waiting_for_a_lock() == 1)  # on our clocks, past our rows
     elsewhere.join(10)
     assert {c.job_id for c in first}.isdisjoint(c.job_id for c in others)
     assert Counter(c.tenant for c in first) == {"tenant-a": 2, "tenant-b": 2}

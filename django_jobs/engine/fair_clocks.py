@@ -29,7 +29,7 @@ def record(
     tenants = sorted(served)  # one lock order for every worker: no deadlock
     weight = [float(weights.get(tenant, 1.0)) for tenant in tenants]
     now = timezone.now()
-    with transaction.atomic(using=db):
+    with transaction.atomic(using=db, savepoint=False):  # the claim's, when in one
         known = clocks(db, queue, tenants)
         for tenant, w in zip(tenants, weight, strict=True):
             claims, start = served[tenant]

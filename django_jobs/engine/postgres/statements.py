@@ -305,9 +305,17 @@ def claim(queues: Sequence[str], limit: int) -> str:
 
 # A tenant's clock moves on by its jobs / its weight, counted from the base
 # its ranks used or from where a claim that committed meanwhile left it, if
-# later (fairness.advance). The rows come in tenant order, so two claimers
-# lock clocks in one order and wait for each other's commit, never in a cycle.
-_MOVE_CLOCKS = """
+# later (fairness.advance). ``served`` is a row source of (tenant, n, base,
+# weight). The rows come in tenant order, so two claimers lock clocks in one
+# order and wait for each other's commit, never in a cycle.
+def _move_clocks(served: str) -> str:
+    return f"""
+INSERT INTO django_jobs_fairclock AS clock
+    (queue, tenant, start, finish, claims, weight, updated_at)
+SELECT %(queue)s, tenant, base + (n - 1) / weight, base + n / weight, n, weight,
+       statement_timestamp()
+FROM {served}
+ORDER BY tenant
 ON CONFLICT (queue, tenant) DO UPDATE
 SET start = GREATEST(clock.finish, EXCLUDED.finish - EXCLUDED.claims / EXCLUDED.weight)
             + (EXCLUDED.claims - 1) / EXCLUDED.weight,
@@ -316,6 +324,7 @@ SET start = GREATEST(clock.finish, EXCLUDED.finish - EXCLUDED.claims / EXCLUDED.
     claims = clock.claims + EXCLUDED.claims,
     weight = EXCLUDED.weight,
     updated_at = EXCLUDED.updated_at"""
+
 
 # The fair claim counts what it gave each tenant in the same statement, so the
 # claim and its accounting commit together. Written after the commit (as it
@@ -330,34 +339,23 @@ CLAIM_FAIR = _compact(
         "base",
         "weight",
         then=f""", served AS (
-    SELECT tenant, base, weight, count(*) AS n
+    SELECT tenant, count(*) AS n, base, weight
     FROM claimed
     GROUP BY tenant, base, weight
-), clocked AS (
-    INSERT INTO django_jobs_fairclock AS clock
-        (queue, tenant, start, finish, claims, weight, updated_at)
-    SELECT %(queue)s, tenant, base + (n - 1) / weight, base + n / weight, n, weight,
-           statement_timestamp()
-    FROM served
-    ORDER BY tenant{_MOVE_CLOCKS}
+), clocked AS ({_move_clocks("served")}
 )""",
     )
 )
 
 # The clocks of a fair queue with limits (flow.py), in the claim's
 # transaction: each served tenant's count and the base its ranks used.
-RECORD_FAIR_CLAIMS = _compact(f"""
-INSERT INTO django_jobs_fairclock AS clock
-    (queue, tenant, start, finish, claims, weight, updated_at)
-SELECT %(queue)s, served.tenant,
-       served.base + (served.n - 1) / served.weight,
-       served.base + served.n / served.weight,
-       served.n, served.weight, statement_timestamp()
-FROM unnest(%(tenants)s::text[], %(counts)s::bigint[], %(bases)s::float8[],
-            %(weights)s::float8[]) AS served(tenant, n, base, weight)
-ORDER BY served.tenant{_MOVE_CLOCKS}
-RETURNING clock.tenant
-""")
+RECORD_FAIR_CLAIMS = _compact(
+    _move_clocks(
+        "unnest(%(tenants)s::text[], %(counts)s::bigint[], %(bases)s::float8[],"
+        " %(weights)s::float8[]) AS served(tenant, n, base, weight)"
+    )
+    + " RETURNING clock.tenant"
+)
 
 # Success, for a batch of reports: of the jobs this worker still holds the
 # lease of under these tokens, and only of those, mark the job succeeded (its
