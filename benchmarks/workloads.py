@@ -160,9 +160,12 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
     The capacity is W2's drain rate (best setting) on a clean table, the
     median of ``overload_capacity_runs`` drains: one drain lasts about three
     seconds here and moved by a fifth between runs, and every window is
-    judged against it. Then the same workers run while a producer offers
-    ``overload_factor`` x that rate in bulk batches on a wall-clock schedule
-    (no drift), and every window records the completions (jobs enqueued
+    judged against it. W2 counts the workers' start-up, the windows do
+    not, so each window is also judged against the steady drain rate
+    (``steady_drain``), which is the stricter yardstick. Then the same
+    workers run while a producer offers ``overload_factor`` x W2's rate in
+    bulk batches on a wall-clock schedule (no drift), and every window
+    records the completions (jobs enqueued
     minus jobs pending, differenced), the backlog, the dead tuples of the
     peer's tables, the cores the producer used and how busy the machine was
     (the producer and its server backend share the workers' cores). The
@@ -178,6 +181,7 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
         peer.reset()
         capacities.append(drain(peer, best, sizes.drain, sizes)["jobs_s"])
     capacity = statistics.median(capacities)
+    steady = [steady_drain(peer, best, capacity, sizes) for _ in capacities]
     peer.reset()
     peer.analyze()
     offered = sizes.overload_factor * capacity
@@ -223,14 +227,51 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
     finally:
         workers.stop()
     peer.reset()
+    steady_capacity = statistics.median(steady)
+    verdict = judge_windows(windows, capacity)
     return {
         "capacity_jobs_s": capacity,
         "capacity_runs_jobs_s": capacities,
+        "steady_capacity_jobs_s": steady_capacity,
+        "steady_runs_jobs_s": steady,
         "offered_jobs_s": offered,
         "windows": windows,
-        **judge_windows(windows, capacity),
+        **verdict,
+        "steady_min_ratio": verdict["min_completed_s"] / steady_capacity,
+        "steady_median_ratio": verdict["median_completed_s"] / steady_capacity,
         "final_backlog": windows[-1]["backlog"],
     }
+
+
+def steady_drain(peer: Peer, setting: WorkerSetting, capacity: float, sizes: Sizes) -> float:
+    """The drain rate once the workers run, with nothing offered: W6's second yardstick.
+
+    W2's rate counts from the workers' launch, so their start-up (half a
+    second of a three-second drain here) is in it, while W6's judged windows
+    come after the warm-up. This one counts the completions of one window
+    after the same warm-up, on a backlog that outlasts both: twice what the
+    capacity would drain in that time, eight times more if that ran out.
+    """
+    jobs = max(sizes.drain, int(2 * capacity * (sizes.overload_warmup + sizes.overload_window)))
+    for _ in range(3):
+        peer.reset()
+        peer.fill(jobs)
+        peer.analyze()
+        workers = peer.start_workers(setting, drain=False)
+        try:
+            time.sleep(sizes.overload_warmup)
+            before, started = peer.pending(), time.monotonic()
+            time.sleep(sizes.overload_window)
+            after, ended = peer.pending(), time.monotonic()
+            if workers.all_exited():
+                raise RuntimeError(f"{peer.name}: workers exited\n{workers.output()}")
+        finally:
+            workers.stop()
+        if after:
+            peer.reset()
+            return (before - after) / (ended - started)
+        jobs *= 8
+    raise RuntimeError(f"{peer.name}: a backlog of {jobs // 8} jobs ran out within the window")
 
 
 def judge_windows(windows: list[dict[str, Any]], capacity: float) -> dict[str, float]:

@@ -70,6 +70,10 @@ def test_every_workload_runs_at_tiny_size_for_django_jobs() -> None:
     # The warm-up window is reported, not judged.
     judged = [w["completed_s"] for w in windows if not w["warmup"]]
     assert result["w6"]["min_completed_s"] == min(judged)
+    # The steady yardstick: a window's completions after the warm-up, nothing offered.
+    steady = result["w6"]["steady_capacity_jobs_s"]
+    assert steady > 0
+    assert result["w6"]["steady_min_ratio"] == min(judged) / steady
     assert windows[0]["dead_tuples"]["django_jobs_job"] >= 0
     # The producer enqueues in every window, so it uses some CPU in some
     # window; the machine cannot be busier than all of it.
