@@ -165,10 +165,10 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
     (``steady_drain``), which is the stricter yardstick. Then the same
     workers run while a producer offers ``overload_factor`` x W2's rate in
     bulk batches on a wall-clock schedule (no drift), and every window
-    records the completions (jobs enqueued
-    minus jobs pending, differenced), the backlog, the dead tuples of the
-    peer's tables, the cores the producer used and how busy the machine was
-    (the producer and its server backend share the workers' cores). The
+    records the completions (jobs enqueued minus jobs pending, differenced),
+    the backlog, the dead tuples of the peer's tables, the cores the producer
+    used and how busy the machine was (the producer and its server backend
+    share the workers' cores). The
     windows of the first ``overload_warmup`` seconds, while the workers
     start, are kept but not judged: a start-up is what W2 measures, not what
     a growing backlog does. A queue that keeps its promise completes about
@@ -181,7 +181,9 @@ def w6_overload(peer: Peer, sizes: Sizes) -> dict[str, Any]:
         peer.reset()
         capacities.append(drain(peer, best, sizes.drain, sizes)["jobs_s"])
     capacity = statistics.median(capacities)
-    steady = [steady_drain(peer, best, capacity, sizes) for _ in capacities]
+    steady = [
+        steady_drain(peer, best, capacity, sizes) for _ in range(sizes.overload_capacity_runs)
+    ]
     peer.reset()
     peer.analyze()
     offered = sizes.overload_factor * capacity
@@ -250,7 +252,8 @@ def steady_drain(peer: Peer, setting: WorkerSetting, capacity: float, sizes: Siz
     second of a three-second drain here) is in it, while W6's judged windows
     come after the warm-up. This one counts the completions of one window
     after the same warm-up, on a backlog that outlasts both: twice what the
-    capacity would drain in that time, eight times more if that ran out.
+    capacity would drain in that time, eight times more if that ran out. The
+    backlog left is the caller's to empty.
     """
     jobs = max(sizes.drain, int(2 * capacity * (sizes.overload_warmup + sizes.overload_window)))
     for _ in range(3):
@@ -268,7 +271,6 @@ def steady_drain(peer: Peer, setting: WorkerSetting, capacity: float, sizes: Siz
         finally:
             workers.stop()
         if after:
-            peer.reset()
             return (before - after) / (ended - started)
         jobs *= 8
     raise RuntimeError(f"{peer.name}: a backlog of {jobs // 8} jobs ran out within the window")
