@@ -29,7 +29,7 @@ from django_jobs import (
 from django_jobs.framework import Task, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
 from django_jobs.models import Job
 from django_jobs.results import JobResult
-from tests.conftest import listen_for_wakeups
+from tests.conftest import backend_settings, listen_for_wakeups
 from tests.testapp import tasks
 from tests.testapp.models import Order
 
@@ -271,6 +271,64 @@ def test_enqueue__outside_a_transaction_is_one_statement_that_commits(pg: None) 
         seen = other.execute("SELECT args::text FROM django_jobs_job WHERE id = %s", [result.id])
         stored = seen.fetchall()
     assert (len(queries.captured_queries), notes, stored) == (1, ["default"], [("[1, 2]",)])
+
+
+def _prepared_inserts() -> int:
+    """The job inserts prepared on this thread's connection to ``default``."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%INSERT INTO django_jobs_job%%'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize(("prepare", "expected"), [(True, 1), (False, 0)])
+def test_enqueue__the_insert_is_prepared_unless_statements_are_not(
+    pg: None, prepare: bool, expected: int
+) -> None:
+    with override_settings(TASKS=backend_settings(PREPARE_STATEMENTS=prepare)):
+        for n in range(3):
+            with transaction.atomic():
+                tasks.add.enqueue(n, n)
+        prepared = _prepared_inserts()
+    assert (prepared, job_count()) == (expected, 3)
+
+
+def test_enqueue__the_insert_passes_the_applications_execute_wrappers(pg: None) -> None:
+    seen: list[str] = []
+
+    def instrument(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql[:41])
+        return execute(sql, params, many, context)
+
+    with connections["default"].execute_wrapper(instrument), transaction.atomic():
+        tasks.add.enqueue(1, 2)
+    assert seen == ["WITH job AS (INSERT INTO django_jobs_job "]
+
+
+def test_enqueue__a_refused_insert_raises_djangos_error_and_writes_nothing(pg: None) -> None:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "ALTER TABLE django_jobs_job ADD CONSTRAINT refuse_other CHECK (queue <> 'other')"
+        )
+    try:
+        with transaction.atomic():
+            tasks.add.enqueue(1, 1)
+            with (
+                pytest.raises(django.db.IntegrityError, match="refuse_other"),
+                transaction.atomic(),
+            ):
+                tasks.add.using(queue_name="other").enqueue(2, 2)
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("ALTER TABLE django_jobs_job DROP CONSTRAINT refuse_other")
+    with transaction.atomic():
+        tasks.add.using(queue_name="other").enqueue(3, 3)  # the same statement, afterwards
+    assert sorted(Job.objects.values_list("queue", "args")) == [
+        ("default", [1, 1]),
+        ("other", [3, 3]),
+    ]
 
 
 def test_enqueue__stores_the_row_the_orm_path_stores(pg: None) -> None:

@@ -33,7 +33,7 @@ from ..base import Engine
 from ..wakeups import owes_notify
 from . import statements
 from .positions import Positions
-from .session import fetch, fetch_rows, pin_plans
+from .session import fetch, fetch_rows, pin_plans, prepared_cursor
 
 
 class PostgresEngine(Engine):
@@ -271,11 +271,14 @@ class PostgresEngine(Engine):
                 params.append(args_json)
             elif field.attname == "kwargs":
                 params.append(kwargs_json)
+            elif (value := getattr(job, field.attname)) is None:
+                params.append(None)  # NULL in every field; half of a new job's columns
             else:
-                params.append(field.get_db_prep_save(getattr(job, field.attname), connection))
+                params.append(field.get_db_prep_save(value, connection))
         if notify:
             params += [CHANNEL, job.queue]
-        with connection.cursor() as cursor:
+        prepared = self.options.PREPARE_STATEMENTS
+        with prepared_cursor(self.db) if prepared else connection.cursor() as cursor:
             cursor.execute(statements.insert_job(notify), params)
         return True
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import psycopg
 from django.db import connections, transaction
+from django.db.backends.utils import CursorWrapper
 
 from . import statements
 
@@ -80,14 +81,54 @@ def fetch_rows(
             return _rows(sql, outer)
     # Only the connection is needed here, not a Django cursor (and the psycopg
     # cursor inside it) made and closed around every statement for nothing.
-    wrapper.ensure_connection()
-    connection = wrapper.connection
-    if connection.prepare_threshold is None:
-        connection.prepare_threshold = sys.maxsize
+    connection = _preparing_connection(db)
     pin_plans(db)
     with wrapper.wrap_database_errors, psycopg.Cursor(connection) as cursor:
         cursor.execute(sql, params, prepare=True)
         return _rows(sql, cursor)
+
+
+def _preparing_connection(db: str) -> psycopg.Connection[Any]:
+    """The alias's psycopg connection, able to prepare what is asked for (``fetch_rows``)."""
+    wrapper = connections[db]
+    wrapper.ensure_connection()
+    connection: psycopg.Connection[Any] = wrapper.connection
+    if connection.prepare_threshold is None:
+        connection.prepare_threshold = sys.maxsize
+    return connection
+
+
+class _Preparing(psycopg.Cursor[Any]):
+    """A server-side-binding cursor that prepares every statement it runs."""
+
+    def execute(
+        self,
+        query: Any,
+        params: Any = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> Self:
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+def prepared_cursor(db: str) -> CursorWrapper:
+    """A Django cursor whose statements are prepared on the connection.
+
+    For the statements that run in the caller's code (the single enqueue),
+    unlike ``fetch_rows``: through Django's cursor wrapper, they still pass
+    the connection's execute wrappers (the application's instrumentation),
+    appear in ``connection.queries`` under DEBUG, and raise Django's
+    exceptions. Django's own cursors bind parameters on the client, which
+    cost a single enqueue's 35 columns 10 % of its time, and prepare nothing.
+    No plan is pinned: an INSERT's plan does not depend on the tables.
+    """
+    wrapper = connections[db]
+    cursor: Any = _Preparing(_preparing_connection(db))
+    wrapper.validate_thread_sharing()
+    if wrapper.queries_logged:
+        return wrapper.make_debug_cursor(cursor)
+    return wrapper.make_cursor(cursor)
 
 
 # psycopg connections whose session has sequential scans off (see ``fetch_rows``).
