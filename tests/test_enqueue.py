@@ -295,6 +295,18 @@ def test_enqueue__the_insert_is_prepared_unless_statements_are_not(
     assert (prepared, job_count()) == (expected, 3)
 
 
+def test_enqueue__while_queries_are_logged_the_insert_is_djangos_own_and_readable(
+    pg: None,
+) -> None:
+    with CaptureQueriesContext(connections["default"]) as queries, transaction.atomic():
+        tasks.add.enqueue(4, 5)
+    inserts = [q["sql"] for q in queries.captured_queries if "django_jobs_job" in str(q["sql"])]
+    assert len(inserts) == 1
+    assert inserts[0].startswith("WITH job AS (INSERT INTO django_jobs_job ")
+    assert "'[4,5]'::jsonb" in inserts[0]
+    assert _prepared_inserts() == 0
+
+
 def test_enqueue__the_insert_passes_the_applications_execute_wrappers(pg: None) -> None:
     seen: list[str] = []
 

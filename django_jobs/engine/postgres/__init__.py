@@ -258,6 +258,9 @@ class PostgresEngine(Engine):
         a transaction was four round trips (BEGIN, the INSERT, ``pg_notify``,
         COMMIT) and the ORM compiled the INSERT anew each time; in autocommit
         this is one. The arguments go as the JSON text their validation made.
+        Under ``PREPARE_STATEMENTS`` the statement is prepared on the
+        connection (``session.prepared_cursor``): PostgreSQL parses it once,
+        and psycopg sends the values instead of quoting them into the text.
         """
         connection = connections[self.db]
         if job.idempotency_key is not None or not (
