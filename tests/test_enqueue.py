@@ -307,6 +307,26 @@ def test_enqueue__while_queries_are_logged_the_insert_is_djangos_own_and_readabl
     assert _prepared_inserts() == 0
 
 
+def test_enqueue__first_in_a_request_reconnects_a_dead_connection_under_health_checks(
+    pg: None,
+) -> None:
+    connection = connections["default"]
+    kept = {key: connection.settings_dict[key] for key in ("CONN_HEALTH_CHECKS", "CONN_MAX_AGE")}
+    connection.settings_dict.update(CONN_HEALTH_CHECKS=True, CONN_MAX_AGE=None)
+    try:
+        connection.close()
+        connection.ensure_connection()  # persistent, health-checked: both are read here
+        backend_pid = connection.connection.info.backend_pid
+        with psycopg.connect(**connection.get_connection_params()) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [backend_pid])
+        django.db.close_old_connections()  # what Django does as a request starts
+        result = tasks.add.enqueue(1, 2)
+    finally:
+        connection.settings_dict.update(kept)
+        connection.close()
+    assert list(Job.objects.values_list("id", flat=True)) == [uuid.UUID(result.id)]
+
+
 def test_enqueue__the_insert_passes_the_applications_execute_wrappers(pg: None) -> None:
     seen: list[str] = []
 

@@ -130,6 +130,9 @@ def prepared_cursor(db: str) -> CursorWrapper:
     wrapper = connections[db]
     if wrapper.queries_logged:
         return wrapper.cursor()
+    # As Django's cursor() does: under CONN_HEALTH_CHECKS a connection that
+    # died since the request began is replaced, not used.
+    wrapper.close_if_health_check_failed()
     cursor: Any = _Preparing(_preparing_connection(db))
     wrapper.validate_thread_sharing()
     return wrapper.make_cursor(cursor)
