@@ -12,7 +12,9 @@ The job exists if and only if the caller's transaction commits:
 
 The same idempotency key within its scope (task name + tenant) returns the
 existing job. Two processes racing with one key both try the insert; the
-unique constraint lets exactly one win and the other reads the winner's row.
+unique constraint lets exactly one win and the other reads the winner's row
+(on PostgreSQL its insert does nothing on the conflict; elsewhere it fails in
+a savepoint).
 A unique key (``unique.py``) is decided under a lock of the key instead, held
 until the transaction that inserts the job commits.
 """
@@ -112,10 +114,17 @@ def accept(
     if rule is not None and rule.debounce is not None:
         job.run_after = job.enqueued_at + rule.debounce
     elsewhere = open_transactions_elsewhere(db)
-    if not elsewhere and not after and rule is None and engine.insert_now(job, *encoded):
-        job._state.adding, job._state.db = False, db  # as save() leaves it
-        transaction.on_commit(lambda: announce(job), using=db, robust=True)
-        return job, EnqueueOutcome.CREATED
+    if not elsewhere and not after and rule is None:
+        written = engine.insert_now(job, *encoded)
+        if written is EnqueueOutcome.CREATED:
+            job._state.adding, job._state.db = False, db  # as save() leaves it
+            transaction.on_commit(lambda: announce(job), using=db, robust=True)
+            return job, EnqueueOutcome.CREATED
+        if written is EnqueueOutcome.EXISTING:
+            existing = find_existing(db, job.dedup_scope, job.idempotency_key)
+            if existing is not None:
+                return existing, EnqueueOutcome.EXISTING
+            # Gone since (purged): the general path below inserts it.
     if not elsewhere:
         # Outside a transaction, one of our own: the row and its NOTIFY share one
         # commit, and the unique key stays locked until it.

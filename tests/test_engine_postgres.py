@@ -22,6 +22,7 @@ from django_jobs.engine.postgres import statements
 from django_jobs.engine.postgres.positions import Positions
 from django_jobs.models import Attempt, FairClock, Job, Step
 from django_jobs.states import AttemptOutcome, JobState
+from django_jobs.unique import EnqueueOutcome
 from django_jobs.values import Progress, Report, WorkerIdentity
 from tests.conftest import run_in_processes
 from tests.test_engine import ME, QUEUES, make_job
@@ -371,17 +372,15 @@ def test_record_served__concurrent_workers_add_up_every_claim_on_one_clock(pg: N
     assert rows == {"a": (2400, 2400.0, 1.0), "b": (800, 1600.0, 0.5)}
 
 
-def test_insert_now__one_statement_in_autocommit_but_not_with_an_idempotency_key(pg: None) -> None:
+def test_insert_now__one_statement_in_autocommit_and_a_held_key_writes_nothing(pg: None) -> None:
     engine = engine_for(DB)
-    job = make_job(DB)
-    Job.objects.filter(id=job.id).delete()
-    keyed = make_job(DB)
-    Job.objects.filter(id=keyed.id).delete()
-    keyed.idempotency_key = "k"
-    written = engine.insert_now(job, "[1, 2]", "{}")
-    refused = engine.insert_now(keyed, "[1, 2]", "{}")
-    assert (written, refused) == (True, False)
-    assert list(Job.objects.values_list("id", "args")) == [(job.id, [1, 2])]
+    jobs = [make_job(DB) for _ in range(3)]
+    Job.objects.filter(id__in=[job.id for job in jobs]).delete()
+    plain, keyed, same_key = jobs
+    keyed.idempotency_key = same_key.idempotency_key = "k"
+    outcomes = [engine.insert_now(job, "[1, 2]", "{}") for job in jobs]
+    assert outcomes == [EnqueueOutcome.CREATED, EnqueueOutcome.CREATED, EnqueueOutcome.EXISTING]
+    assert dict(Job.objects.values_list("id", "args")) == {plain.id: [1, 2], keyed.id: [1, 2]}
 
 
 def test_estimated_rows__is_the_planners_count_once_the_table_was_analysed(pg: None) -> None:

@@ -159,6 +159,27 @@ def test_enqueue__same_idempotency_key_returns_the_existing_job(pg: None) -> Non
     assert (second.id, job_count()) == (first.id, 1)
 
 
+def test_enqueue__a_key_taken_in_the_same_transaction_returns_its_job_announced_once(
+    pg: None,
+) -> None:
+    sent: list[str] = []
+
+    def count(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        sent.append(task_result.id)
+
+    task_enqueued.connect(count)
+    try:
+        with listen_for_wakeups() as listener:
+            with transaction.atomic():
+                first = tasks.add.using(idempotency_key="order-2").enqueue(1, 2)
+                second = tasks.add.using(idempotency_key="order-2").enqueue(3, 4)
+            notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    finally:
+        task_enqueued.disconnect(count)
+    assert (second.id, second.args, job_count()) == (first.id, [1, 2], 1)
+    assert (sent, notes) == ([first.id], ["default"])
+
+
 def test_enqueue__idempotency_scope_is_task_and_tenant(pg: None) -> None:
     a = tasks.add.using(idempotency_key="k", tenant="a").enqueue(1, 2)
     b = tasks.add.using(idempotency_key="k", tenant="b").enqueue(1, 2)
@@ -363,7 +384,8 @@ def test_enqueue__a_refused_insert_raises_djangos_error_and_writes_nothing(pg: N
     ]
 
 
-def test_enqueue__stores_the_row_the_orm_path_stores(pg: None) -> None:
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_enqueue__stores_the_row_the_orm_path_stores() -> None:
     later = timezone.now() + dt.timedelta(hours=1)
     options = {
         "priority": 7,
@@ -374,8 +396,11 @@ def test_enqueue__stores_the_row_the_orm_path_stores(pg: None) -> None:
         "expires_at": later + dt.timedelta(hours=1),
     }
     one_statement = tasks.add.using(**options).enqueue(1, b={"c": [1.5, None]})
-    # An idempotency key takes the ORM's save(); its column aside, rows must match.
-    orm = tasks.add.using(**options, idempotency_key="k").enqueue(1, b={"c": [1.5, None]})
+    keyed = tasks.add.using(**options, idempotency_key="k").enqueue(1, b={"c": [1.5, None]})
+    # With a transaction open in another database the insert waits for its
+    # commit, and takes the ORM's save().
+    with transaction.atomic(using="sqlite"):
+        orm = tasks.add.using(**options).enqueue(1, b={"c": [1.5, None]})
     columns = [
         f.attname
         for f in Job._meta.concrete_fields
@@ -384,7 +409,7 @@ def test_enqueue__stores_the_row_the_orm_path_stores(pg: None) -> None:
     rows = {
         str(row["id"]): {k: row[k] for k in columns} for row in Job.objects.values("id", *columns)
     }
-    assert rows[one_statement.id] == rows[orm.id]
+    assert rows[one_statement.id] == rows[keyed.id] == rows[orm.id]
 
 
 def test_get_result__unknown_and_malformed_ids_do_not_exist(pg: None) -> None:

@@ -119,6 +119,6 @@ def test_sqlite__the_engine_takes_the_general_paths_and_refuses_a_memory_databas
     job = tasks.add.using(backend="sqlite").enqueue(1, 2)
     stored = Job.objects.using("sqlite").get(id=job.id)
     assert (engine.listens, engine.streams_bulk) == (False, False)
-    assert engine.insert_now(stored, "[1, 2]", "{}") is False
+    assert engine.insert_now(stored, "[1, 2]", "{}") is None
     assert engine.estimated_rows("django_jobs_job") is None
     assert engine.unusable_for_workers() is None

@@ -264,12 +264,14 @@ class Engine(ABC):
 
     # -- enqueue ---------------------------------------------------------------
 
-    def insert_now(self, job: Job, args_json: str, kwargs_json: str) -> bool:
+    def insert_now(self, job: Job, args_json: str, kwargs_json: str) -> EnqueueOutcome | None:
         """Write ``job`` in one statement where the connection stands, if this engine can.
 
-        False: nothing was written, and the caller takes the general path.
+        CREATED: written. EXISTING: a job holds its idempotency key, and
+        nothing was written. None: nothing was written, and the caller takes
+        the general path.
         """
-        return False
+        return None
 
     @abstractmethod
     def lock_unique(self, scope: str, key: str) -> None:

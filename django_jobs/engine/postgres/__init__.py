@@ -26,6 +26,7 @@ from ...models import Job
 from ...payload import encode
 from ...signals import send_on_commit, signal_listeners
 from ...states import AttemptOutcome, JobState, Transition
+from ...unique import EnqueueOutcome
 from ...values import Claimed, DeadRows, Finished, Report, StepWrite, WorkerIdentity
 from ...wakeup import CHANNEL
 from .. import batches, completion
@@ -249,24 +250,24 @@ class PostgresEngine(Engine):
 
     # -- enqueue ---------------------------------------------------------------
 
-    def insert_now(self, job: Job, args_json: str, kwargs_json: str) -> bool:
+    def insert_now(self, job: Job, args_json: str, kwargs_json: str) -> EnqueueOutcome | None:
         """One INSERT, with its queue's NOTIFY folded in, where that is safe.
 
-        For a job without an idempotency key (that one needs its lookup and a
-        savepoint), in the caller's transaction or in autocommit, where the
-        statement commits by itself with its NOTIFY. A single enqueue outside
-        a transaction was four round trips (BEGIN, the INSERT, ``pg_notify``,
+        In the caller's transaction or in autocommit, where the statement
+        commits by itself with its NOTIFY. A single enqueue outside a
+        transaction was four round trips (BEGIN, the INSERT, ``pg_notify``,
         COMMIT) and the ORM compiled the INSERT anew each time; in autocommit
-        this is one. The arguments go as the JSON text their validation made.
-        Under ``PREPARE_STATEMENTS`` the statement is prepared on the
-        connection (``session.prepared_cursor``): PostgreSQL parses it once,
-        and psycopg sends the values instead of quoting them into the text.
+        this is one. A job with an idempotency key is inserted unless a job
+        holds the key (``statements.insert_job``): EXISTING then, and the
+        caller reads that job. The arguments go as the JSON text their
+        validation made. Under ``PREPARE_STATEMENTS`` the statement is
+        prepared on the connection (``session.prepared_cursor``): PostgreSQL
+        parses it once, and psycopg sends the values instead of quoting them
+        into the text.
         """
         connection = connections[self.db]
-        if job.idempotency_key is not None or not (
-            connection.in_atomic_block or connection.get_autocommit()
-        ):
-            return False
+        if not (connection.in_atomic_block or connection.get_autocommit()):
+            return None
         notify = owes_notify(self.db, job.queue)
         params: list[Any] = []
         for field in Job._meta.concrete_fields:
@@ -280,10 +281,12 @@ class PostgresEngine(Engine):
                 params.append(field.get_db_prep_save(value, connection))
         if notify:
             params += [CHANNEL, job.queue]
+        keyed = job.idempotency_key is not None
         prepared = self.options.PREPARE_STATEMENTS
         with prepared_cursor(self.db) if prepared else connection.cursor() as cursor:
-            cursor.execute(statements.insert_job(notify), params)
-        return True
+            cursor.execute(statements.insert_job(notify, keyed), params)
+            inserted = cursor.fetchone()[0] if keyed else 1
+        return EnqueueOutcome.CREATED if inserted else EnqueueOutcome.EXISTING
 
     def bulk_insert(self, prototype: Job, calls: Iterator[Call]) -> None:
         copy_jobs(self.db, prototype, calls)

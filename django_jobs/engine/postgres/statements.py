@@ -546,14 +546,31 @@ PIN_PLANS = "SELECT set_config('enable_seqscan', 'off', false), set_config('jit'
 
 
 @cache
-def insert_job(notify: bool) -> str:
-    """One job's INSERT, its columns in model order; with its queue's NOTIFY if asked."""
+def insert_job(notify: bool, keyed: bool = False) -> str:
+    """One job's INSERT, its columns in model order; with its queue's NOTIFY if asked.
+
+    ``keyed``: the job has an idempotency key, and a job that holds the key
+    already (committed, or inserted earlier in this transaction) wins: the
+    insert does nothing, waiting first for a transaction that is inserting
+    the same key, and the one row returned counts what was inserted (0 or 1).
+    No savepoint and no lookup beforehand, as the ORM's path needs. The NOTIFY
+    goes either way (a duplicate wakes workers for nothing, harmlessly): the
+    transaction counts its queue as notified.
+    """
     fields = Job._meta.concrete_fields
     columns = ", ".join(f'"{field.column}"' for field in fields)
     values = ", ".join(
         "%s::jsonb" if field.attname in ("args", "kwargs") else "%s" for field in fields
     )
     insert = f"INSERT INTO {Job._meta.db_table} ({columns}) VALUES ({values})"
+    if keyed:
+        # The conflict target names django_jobs_idempotency_uniq (a partial index).
+        insert += (
+            " ON CONFLICT (dedup_scope, idempotency_key) WHERE idempotency_key IS NOT NULL"
+            " DO NOTHING RETURNING 1"
+        )
+        notice = ", pg_notify(%s, %s)" if notify else ""
+        return f"WITH job AS ({insert}) SELECT count(*) AS inserted{notice} FROM job"
     if not notify:
         return insert
     # A data-modifying CTE runs to completion whether or not it is read.
