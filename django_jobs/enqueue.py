@@ -47,16 +47,23 @@ def find_existing(db: str, scope: str, key: str | None) -> Job | None:
 
 
 def insert(
-    engine: Engine, job: Job, after: Sequence[uuid.UUID] = (), rule: UniqueRule | None = None
+    engine: Engine,
+    job: Job,
+    encoded: tuple[str, str],
+    after: Sequence[uuid.UUID] = (),
+    rule: UniqueRule | None = None,
 ) -> tuple[Job, EnqueueOutcome]:
     """Insert ``job``, or return the job that its unique ``rule`` or idempotency key finds.
 
-    ``after``: the jobs it waits for (``dependencies.py``). Run in a
-    transaction: the unique key's lock is held until it ends.
+    ``encoded``: the JSON text of its args and kwargs; ``after``: the jobs it
+    waits for (``dependencies.py``). Run in a transaction: the unique key's
+    lock is held until it ends.
     """
     db = engine.db
     if rule is not None and (found := engine.find_unique(job, rule)) is not None:
         return found
+    if not after and (written := write_now(engine, job, encoded)) is not None:
+        return written
     if job.idempotency_key is None:
         return _write(engine, job, after), EnqueueOutcome.CREATED
     existing = find_existing(db, job.dedup_scope, job.idempotency_key)
@@ -74,6 +81,25 @@ def insert(
             raise
         return existing, EnqueueOutcome.EXISTING
     return job, EnqueueOutcome.CREATED
+
+
+def write_now(
+    engine: Engine, job: Job, encoded: tuple[str, str]
+) -> tuple[Job, EnqueueOutcome] | None:
+    """``job`` written in one statement with its NOTIFY, or the job holding its key.
+
+    None where the engine cannot (the general path then writes it), or when
+    the job that held the key is gone again (pruned) by the time it is read.
+    """
+    written = engine.insert_now(job, *encoded)
+    if written is EnqueueOutcome.CREATED:
+        job._state.adding, job._state.db = False, engine.db  # as save() leaves it
+        return job, written
+    if written is EnqueueOutcome.EXISTING:
+        existing = find_existing(engine.db, job.dedup_scope, job.idempotency_key)
+        if existing is not None:
+            return existing, written
+    return None
 
 
 def _write(engine: Engine, job: Job, after: Sequence[uuid.UUID]) -> Job:
@@ -115,21 +141,17 @@ def accept(
         job.run_after = job.enqueued_at + rule.debounce
     elsewhere = open_transactions_elsewhere(db)
     if not elsewhere and not after and rule is None:
-        written = engine.insert_now(job, *encoded)
-        if written is EnqueueOutcome.CREATED:
-            job._state.adding, job._state.db = False, db  # as save() leaves it
-            transaction.on_commit(lambda: announce(job), using=db, robust=True)
-            return job, EnqueueOutcome.CREATED
-        if written is EnqueueOutcome.EXISTING:
-            existing = find_existing(db, job.dedup_scope, job.idempotency_key)
-            if existing is not None:
-                return existing, EnqueueOutcome.EXISTING
-            # Gone since (purged): the general path below inserts it.
+        # One statement, in the caller's transaction or committing by itself.
+        written = write_now(engine, job, encoded)
+        if written is not None:
+            if written[1] is EnqueueOutcome.CREATED:
+                transaction.on_commit(lambda: announce(job), using=db, robust=True)
+            return written
     if not elsewhere:
         # Outside a transaction, one of our own: the row and its NOTIFY share one
         # commit, and the unique key stays locked until it.
         with transaction.atomic(using=db, savepoint=False):
-            stored, outcome = insert(engine, job, after, rule)
+            stored, outcome = insert(engine, job, encoded, after, rule)
             if outcome is EnqueueOutcome.CREATED:
                 _wake_if_queued(db, stored)
                 transaction.on_commit(lambda: announce(stored), using=db, robust=True)
@@ -138,7 +160,7 @@ def accept(
 
     def insert_later() -> None:
         with transaction.atomic(using=db):  # the row, its dependencies, their locks
-            stored, outcome = insert(engine, job, after, rule)
+            stored, outcome = insert(engine, job, encoded, after, rule)
             if outcome is EnqueueOutcome.CREATED:
                 _wake_if_queued(db, stored)
         if outcome is EnqueueOutcome.CREATED:

@@ -384,8 +384,7 @@ def test_enqueue__a_refused_insert_raises_djangos_error_and_writes_nothing(pg: N
     ]
 
 
-@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
-def test_enqueue__stores_the_row_the_orm_path_stores() -> None:
+def test_enqueue__stores_the_row_the_orm_path_stores(pg: None) -> None:
     later = timezone.now() + dt.timedelta(hours=1)
     options = {
         "priority": 7,
@@ -397,10 +396,11 @@ def test_enqueue__stores_the_row_the_orm_path_stores() -> None:
     }
     one_statement = tasks.add.using(**options).enqueue(1, b={"c": [1.5, None]})
     keyed = tasks.add.using(**options, idempotency_key="k").enqueue(1, b={"c": [1.5, None]})
-    # With a transaction open in another database the insert waits for its
-    # commit, and takes the ORM's save().
-    with transaction.atomic(using="sqlite"):
-        orm = tasks.add.using(**options).enqueue(1, b={"c": [1.5, None]})
+    # A job enqueued after another takes the ORM's save(); after a finished
+    # one it is queued at once, as the others are.
+    done = tasks.noop.enqueue()
+    Job.objects.filter(id=done.id).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
+    orm = tasks.add.using(**options, after=[done]).enqueue(1, b={"c": [1.5, None]})
     columns = [
         f.attname
         for f in Job._meta.concrete_fields

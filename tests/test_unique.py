@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobs import EnqueueOutcome, InvalidJobOptionError, JobState, enqueue_many
 from django_jobs.models import Job, JobEvent
 from django_jobs.testing import drain
-from tests.conftest import ROOT, run_in_processes
+from tests.conftest import ROOT, listen_for_wakeups, run_in_processes
 from tests.testapp import tasks
 
 HOUR = dt.timedelta(hours=1)
@@ -36,6 +37,19 @@ def test_unique__a_live_job_of_the_key_is_returned_and_nothing_is_written(alias:
         EnqueueOutcome.EXISTING,
     )
     assert (second.id, second.args, [j.args for j in jobs(alias)]) == (first.id, [1, 2], [[1, 2]])
+
+
+def test_unique__a_new_keys_job_wakes_workers_once_from_its_insert(pg: None) -> None:
+    with (
+        listen_for_wakeups() as listener,
+        CaptureQueriesContext(connections["default"]) as queries,
+    ):
+        tasks.add.using(unique_key="sync:8").enqueue(1, 2)
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    sent = [q["sql"] for q in queries.captured_queries if "pg_notify" in q["sql"]]
+    assert notes == ["default"]
+    assert len(sent) == 1
+    assert sent[0].startswith("WITH job AS (INSERT INTO django_jobs_job ")
 
 
 def test_unique__the_key_enqueues_again_once_its_job_has_finished(alias: str) -> None:
