@@ -140,13 +140,13 @@ def accept(
     if rule is not None and rule.debounce is not None:
         job.run_after = job.enqueued_at + rule.debounce
     elsewhere = open_transactions_elsewhere(db)
-    if not elsewhere and not after and rule is None:
-        # One statement, in the caller's transaction or committing by itself.
-        written = write_now(engine, job, encoded)
-        if written is not None:
-            if written[1] is EnqueueOutcome.CREATED:
-                transaction.on_commit(lambda: announce(job), using=db, robust=True)
-            return written
+    # One statement, in the caller's transaction or committing by itself.
+    simple = not elsewhere and not after and rule is None
+    if simple and (written := write_now(engine, job, encoded)) is not None:
+        stored, outcome = written
+        if outcome is EnqueueOutcome.CREATED:
+            transaction.on_commit(lambda: announce(stored), using=db, robust=True)
+        return stored, outcome
     if not elsewhere:
         # Outside a transaction, one of our own: the row and its NOTIFY share one
         # commit, and the unique key stays locked until it.

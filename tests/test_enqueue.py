@@ -29,6 +29,7 @@ from django_jobs import (
 from django_jobs.framework import Task, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
 from django_jobs.models import Job
 from django_jobs.results import JobResult
+from django_jobs.testing import drain
 from tests.conftest import backend_settings, listen_for_wakeups
 from tests.testapp import tasks
 from tests.testapp.models import Order
@@ -399,7 +400,7 @@ def test_enqueue__stores_the_row_the_orm_path_stores(pg: None) -> None:
     # A job enqueued after another takes the ORM's save(); after a finished
     # one it is queued at once, as the others are.
     done = tasks.noop.enqueue()
-    Job.objects.filter(id=done.id).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
+    drain("default")
     orm = tasks.add.using(**options, after=[done]).enqueue(1, b={"c": [1.5, None]})
     columns = [
         f.attname

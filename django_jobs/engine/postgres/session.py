@@ -133,8 +133,8 @@ def prepared_cursor(db: str) -> CursorWrapper:
     # As Django's cursor() does: under CONN_HEALTH_CHECKS a connection that
     # died since the request began is replaced, not used.
     wrapper.close_if_health_check_failed()
-    cursor: Any = _Preparing(_preparing_connection(db))
     wrapper.validate_thread_sharing()
+    cursor: Any = _Preparing(_preparing_connection(db))
     return wrapper.make_cursor(cursor)
 
 
