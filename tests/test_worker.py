@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_jobs import AttemptOutcome, JobState
+from django_jobs import AttemptOutcome, JobState, enqueue_many
 from django_jobs.backend import jobs_backend
 from django_jobs.framework import TaskResultStatus
 from django_jobs.models import Job, Worker
@@ -164,3 +165,21 @@ def test_worker__a_suspect_past_its_timeout_has_its_child_killed_not_its_worker(
     assert stuck.attempt_log[1].error_message == "the attempt outlived its timeout of 0.5s"
     assert stuck.state == JobState.EXHAUSTED
     assert Worker.objects.count() == 2  # the dead one, and ours: never replaced
+
+
+def test_worker__writes_short_jobs_claimed_together_in_one_completion(
+    pg: None, run_burst: Burst
+) -> None:
+    """The producer lingers after a claim, so the cycle after it carries the whole batch.
+
+    Without the linger it starts its next cycle at once with the few outcomes
+    in by then, and 16 threads settle into half-batches of 8 a cycle. The
+    first batch may outlast the linger (threads' first run), so three of the
+    four claims must come back whole, not all four.
+    """
+    with transaction.atomic():
+        enqueue_many(tasks.noop, [((), {})] * 64)
+    run_burst("-c", "16")
+    per_completion = Counter(Job.objects.values_list("finished_at", flat=True))
+    whole = [size for size in per_completion.values() if size == 16]
+    assert (Job.objects.filter(state=JobState.SUCCEEDED).count(), len(whole) >= 3) == (64, True)

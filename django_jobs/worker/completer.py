@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -76,6 +77,7 @@ class Completer:
         self.on_retry = on_retry  # told when a retry this worker scheduled is due
         self.jobs_done = 0
         self._inbox: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._arrived = threading.Condition()
         self._pending: list[Outcome] = []
         # Reports of attempts whose thread would not stop: written just before
         # this process exits, so the job cannot run elsewhere while it still runs here.
@@ -84,6 +86,13 @@ class Completer:
     def submit(self, outcome: Outcome) -> None:
         """Take an outcome from a job thread; the next ``collect`` picks it up."""
         self._inbox.put(outcome)
+        with self._arrived:
+            self._arrived.notify()
+
+    def await_outcomes(self, count: int, timeout: float) -> None:
+        """Wait until ``count`` outcomes are submitted and not collected, or ``timeout`` passes."""
+        with self._arrived:
+            self._arrived.wait_for(lambda: self._inbox.qsize() >= count, timeout)
 
     def collect(self) -> None:
         """Move submitted outcomes to the batch; those of abandoned attempts are held already."""

@@ -2,8 +2,9 @@
 
 It runs on the worker's main thread. Each cycle it collects the outcomes of
 ended attempts, has the watchdog stop what is due, claims up to the free
-slots (in the completer's transaction, so outcomes and claim commit once) and
-hands each claimed attempt to the executor. Idle, it sleeps until a NOTIFY
+slots (in the completer's transaction, so outcomes and claim commit once),
+hands each claimed attempt to the executor and gives them a moment to end
+(``LINGER_SECONDS``), so the next cycle carries them whole. Idle, it sleeps until a NOTIFY
 (the listener), a job thread's outcome, the next retry this worker scheduled
 (no NOTIFY announces it), the next stop the watchdog must make, or the poll
 interval, whichever comes first.
@@ -40,6 +41,15 @@ logger = logging.getLogger("django_jobs.worker")
 # A worker exits with this to be replaced at once, also under --burst: it hit
 # --max-jobs/--max-memory, or had to abandon a thread that would not stop.
 RECYCLE_EXIT_CODE = 75
+
+# How long the producer gives the attempts it just handed out to end before
+# its next cycle. Short jobs end within it, so the next cycle writes their
+# outcomes and claims their slots again all at once; without it, the cycle
+# that starts at once finds only the previous batch's outcomes, and the
+# threads settle into two half-batches a cycle (W2 in one process of 16
+# threads: 3,400 -> 4,500 jobs/s). A job that runs longer loses at most this
+# much before its slot is claimed for again.
+LINGER_SECONDS = 0.002
 
 
 def rss_mb() -> float:
@@ -114,6 +124,8 @@ class Producer:
                 return self.exit_code
             if got and len(got) == min(free, self.settings.CLAIM_BATCH) and len(got) < free:
                 continue  # a full batch and room for more: claim again at once
+            if got:
+                self.completer.await_outcomes(len(got), LINGER_SECONDS)
             self.wake.wait(self._idle_wait())
             self.wake.clear()
 
