@@ -14,7 +14,6 @@ applied.
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
 import time
 import uuid
@@ -76,7 +75,9 @@ class Completer:
         self.sender = sender  # the backend class, as Django's task signals name it
         self.on_retry = on_retry  # told when a retry this worker scheduled is due
         self.jobs_done = 0
-        self._inbox: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        # Outcomes submitted and not collected yet, behind one lock the
+        # producer can also wait on (``await_outcomes``).
+        self._inbox: list[Outcome] = []
         self._arrived = threading.Condition()
         self._pending: list[Outcome] = []
         # Reports of attempts whose thread would not stop: written just before
@@ -85,22 +86,20 @@ class Completer:
 
     def submit(self, outcome: Outcome) -> None:
         """Take an outcome from a job thread; the next ``collect`` picks it up."""
-        self._inbox.put(outcome)
         with self._arrived:
+            self._inbox.append(outcome)
             self._arrived.notify()
 
     def await_outcomes(self, count: int, timeout: float) -> None:
         """Wait until ``count`` outcomes are submitted and not collected, or ``timeout`` passes."""
         with self._arrived:
-            self._arrived.wait_for(lambda: self._inbox.qsize() >= count, timeout)
+            self._arrived.wait_for(lambda: len(self._inbox) >= count, timeout)
 
     def collect(self) -> None:
         """Move submitted outcomes to the batch; those of abandoned attempts are held already."""
-        while True:
-            try:
-                outcome = self._inbox.get_nowait()
-            except queue.Empty:
-                return
+        with self._arrived:
+            arrived, self._inbox = self._inbox, []
+        for outcome in arrived:
             if not self.running.is_abandoned(_key(outcome)):
                 self._pending.append(outcome)
 

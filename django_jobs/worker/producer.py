@@ -4,10 +4,10 @@ It runs on the worker's main thread. Each cycle it collects the outcomes of
 ended attempts, has the watchdog stop what is due, claims up to the free
 slots (in the completer's transaction, so outcomes and claim commit once),
 hands each claimed attempt to the executor and gives them a moment to end
-(``LINGER_SECONDS``), so the next cycle carries them whole. Idle, it sleeps until a NOTIFY
-(the listener), a job thread's outcome, the next retry this worker scheduled
-(no NOTIFY announces it), the next stop the watchdog must make, or the poll
-interval, whichever comes first.
+(``LINGER_SECONDS``), so the next cycle carries them whole. Idle, it sleeps
+until a NOTIFY (the listener), a job thread's outcome, the next retry this
+worker scheduled (no NOTIFY announces it), the next stop the watchdog must
+make, or the poll interval, whichever comes first.
 
 It also decides when the process ends: ``--burst`` with nothing left to do,
 ``--max-jobs`` / ``--max-memory`` reached, a thread the watchdog gave up on,
