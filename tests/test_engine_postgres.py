@@ -71,6 +71,16 @@ def test_prepared_statements__leave_other_queries_on_the_connection_unprepared(p
     assert [s for s in _prepared_statements() if "count(*)" in s] == []
 
 
+def test_claim__runs_on_the_new_connection_after_django_replaced_a_closed_one(pg: None) -> None:
+    """Each statement keeps its cursor on its connection; a new connection makes new ones."""
+    first, second = make_job(DB), make_job(DB)
+    engine = engine_for(DB)
+    [claimed_before] = engine.claim(ME, QUEUES, 1)
+    connections[DB].close()
+    [claimed_after] = engine.claim(ME, QUEUES, 1)
+    assert [claimed_before.job_id, claimed_after.job_id] == [first.id, second.id]
+
+
 def test_renew__skips_progress_of_a_job_the_completer_holds_instead_of_waiting_for_it(
     pg: None,
 ) -> None:

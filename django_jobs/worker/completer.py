@@ -99,9 +99,8 @@ class Completer:
         """Move submitted outcomes to the batch; those of abandoned attempts are held already."""
         with self._arrived:
             arrived, self._inbox = self._inbox, []
-        for outcome in arrived:
-            if not self.running.is_abandoned(_key(outcome)):
-                self._pending.append(outcome)
+        abandoned = self.running.abandoned_among(map(_key, arrived))
+        self._pending += [o for o in arrived if _key(o) not in abandoned] if abandoned else arrived
 
     @property
     def pending(self) -> int:

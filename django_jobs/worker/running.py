@@ -44,6 +44,11 @@ class Running:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._attempts: dict[Key, RunningAttempt] = {}
+        # Whether any attempt was given up on: then the process is on its way
+        # out (the watchdog recycles it), and until then no outcome's key
+        # needs looking up (a UUID hashes in Python: 6 % of a busy worker's
+        # main thread, one outcome at a time).
+        self._abandoned_any = False
 
     def __len__(self) -> int:
         with self._lock:
@@ -104,13 +109,19 @@ class Running:
             attempt = self._attempts.get(key)
             if attempt is None or attempt.abandoned:
                 return False
-            attempt.abandoned = True
+            attempt.abandoned = self._abandoned_any = True
             return True
 
-    def is_abandoned(self, key: Key) -> bool:
+    def abandoned_among(self, keys: Iterable[Key]) -> set[Key]:
+        """Those of ``keys`` whose attempt was given up on; one lock for a whole batch."""
         with self._lock:
-            attempt = self._attempts.get(key)
-            return attempt is not None and attempt.abandoned
+            if not self._abandoned_any:
+                return set()
+            return {
+                key
+                for key in keys
+                if (attempt := self._attempts.get(key)) is not None and attempt.abandoned
+            }
 
     def only_abandoned(self) -> bool:
         """Every attempt left is one given up on (or none is left)."""
