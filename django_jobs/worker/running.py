@@ -46,8 +46,8 @@ class Running:
         self._attempts: dict[Key, RunningAttempt] = {}
         # Whether any attempt was given up on: then the process is on its way
         # out (the watchdog recycles it), and until then no outcome's key
-        # needs looking up (a UUID hashes in Python: 6 % of a busy worker's
-        # main thread, one outcome at a time).
+        # needs looking up (a UUID hashes in Python: 6 % of the Python time
+        # of a busy worker's main thread, one outcome at a time).
         self._abandoned_any = False
 
     def __len__(self) -> int:

@@ -103,7 +103,8 @@ def _statement_cursor(connection: psycopg.Connection[Any], sql: str) -> psycopg.
     query object again, and builds it anew for a new cursor or another
     query. The claim has 18 columns, two of them loaded by Django's
     time-zone loader, a class in Python: made afresh for each statement,
-    that was 4 % of a busy worker's drain rate (W2 in one process). The
+    that was about 5 % of a busy worker's CPU per job (W2 in one process,
+    docs/benchmarks.md). The
     statements' texts are constants (``statements.claim`` is cached), so
     each is the same object every time. A connection that was closed
     (Django replaces it after an error) is dropped with its cursors when
