@@ -317,6 +317,17 @@ def test_enqueue__the_insert_is_prepared_unless_statements_are_not(
     assert (prepared, job_count()) == (expected, 3)
 
 
+def test_enqueue__runs_on_the_new_connection_after_django_closed_the_one_it_used(
+    pg: None,
+) -> None:
+    """The insert keeps its cursor on its connection; a new connection makes a new one."""
+    first = tasks.add.enqueue(1, 2)
+    connections["default"].close()
+    second = tasks.add.enqueue(3, 4)
+    stored = set(Job.objects.values_list("id", flat=True))
+    assert stored == {uuid.UUID(first.id), uuid.UUID(second.id)}
+
+
 def test_enqueue__while_queries_are_logged_the_insert_is_djangos_own_and_readable(
     pg: None,
 ) -> None:

@@ -283,8 +283,9 @@ class PostgresEngine(Engine):
             params += [CHANNEL, job.queue]
         keyed = job.idempotency_key is not None
         prepared = self.options.PREPARE_STATEMENTS
-        with prepared_cursor(self.db) if prepared else connection.cursor() as cursor:
-            cursor.execute(statements.insert_job(notify, keyed), params)
+        sql = statements.insert_job(notify, keyed)
+        with prepared_cursor(self.db, sql) if prepared else connection.cursor() as cursor:
+            cursor.execute(sql, params)
             inserted = cursor.fetchone()[0] if keyed else 1
         return EnqueueOutcome.CREATED if inserted else EnqueueOutcome.EXISTING
 

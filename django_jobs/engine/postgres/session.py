@@ -95,22 +95,23 @@ def fetch_rows(
 _kept = threading.local()
 
 
-def _statement_cursor(connection: psycopg.Connection[Any], sql: str) -> psycopg.Cursor[Any]:
+def _statement_cursor(connection: psycopg.Connection[Any], sql: str) -> _Preparing:
     """The connection's cursor for ``sql``, made once and used for every run of it.
 
     psycopg keeps a cursor's adaptation state (the loader of each result
     column, the dumper of each parameter) while the cursor runs the same
     query object again, and builds it anew for a new cursor or another
     query. The claim has 18 columns, two of them loaded by Django's
-    time-zone loader, a class in Python: made afresh for each statement,
-    that was about 5 % of a busy worker's CPU per job (W2 in one process,
-    docs/benchmarks.md). The
-    statements' texts are constants (``statements.claim`` is cached), so
-    each is the same object every time. A connection that was closed
-    (Django replaces it after an error) is dropped with its cursors when
-    the thread next makes one.
+    time-zone loader, a class in Python; the single enqueue's insert has 35
+    parameters. Made afresh for each statement, that was about 5 % of a busy
+    worker's CPU per job (W2 in one process) and 2-7 % of a single
+    enqueue's (docs/benchmarks.md). The statements' texts are
+    constants (``statements.claim`` and ``statements.insert_job`` are
+    cached), so each is the same object every time. A connection that was
+    closed (Django replaces it after an error) is dropped with its cursors
+    when the thread next makes one.
     """
-    kept: dict[int, tuple[psycopg.Connection[Any], dict[str, psycopg.Cursor[Any]]]]
+    kept: dict[int, tuple[psycopg.Connection[Any], dict[str, _Preparing]]]
     kept = _kept.__dict__.setdefault("by_connection", {})
     entry = kept.get(id(connection))
     if entry is None or entry[0] is not connection:
@@ -120,7 +121,7 @@ def _statement_cursor(connection: psycopg.Connection[Any], sql: str) -> psycopg.
     cursors = entry[1]
     cursor = cursors.get(sql)
     if cursor is None:
-        cursor = cursors[sql] = psycopg.Cursor(connection)
+        cursor = cursors[sql] = _Preparing(connection)
     return cursor
 
 
@@ -135,7 +136,13 @@ def _preparing_connection(db: str) -> psycopg.Connection[Any]:
 
 
 class _Preparing(psycopg.Cursor[Any]):
-    """A server-side-binding cursor that prepares every statement it runs."""
+    """A server-side-binding cursor that prepares every statement it runs.
+
+    It lives as long as its connection (``_statement_cursor``), so closing
+    it does nothing: Django's cursor wrapper closes its cursor on leaving
+    ``with``, which would drop what the next run of the statement reuses.
+    Closing the connection ends it.
+    """
 
     def execute(
         self,
@@ -147,9 +154,12 @@ class _Preparing(psycopg.Cursor[Any]):
     ) -> Self:
         return super().execute(query, params, prepare=True, binary=binary)
 
+    def close(self) -> None:
+        return None
 
-def prepared_cursor(db: str) -> CursorWrapper:
-    """A Django cursor whose statements are prepared on the connection.
+
+def prepared_cursor(db: str, sql: str) -> CursorWrapper:
+    """A Django cursor for ``sql``, prepared on the connection, over the cursor kept for it.
 
     For the statements that run in the caller's code (the single enqueue),
     unlike ``fetch_rows``: through Django's cursor wrapper, they still pass
@@ -170,7 +180,7 @@ def prepared_cursor(db: str) -> CursorWrapper:
     # died since the request began is replaced, not used.
     wrapper.close_if_health_check_failed()
     wrapper.validate_thread_sharing()
-    cursor: Any = _Preparing(_preparing_connection(db))
+    cursor: Any = _statement_cursor(_preparing_connection(db), sql)
     return wrapper.make_cursor(cursor)
 
 
