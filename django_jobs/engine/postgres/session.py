@@ -91,7 +91,7 @@ def fetch_rows(
 
 
 # Per thread (as Django's connections are): each connection's cursor for each
-# statement, keyed by the connection's id with the connection kept beside it.
+# statement. psycopg's connections hash by identity.
 _kept = threading.local()
 
 
@@ -111,14 +111,13 @@ def _statement_cursor(connection: psycopg.Connection[Any], sql: str) -> _Prepari
     closed (Django replaces it after an error) is dropped with its cursors
     when the thread next makes one.
     """
-    kept: dict[int, tuple[psycopg.Connection[Any], dict[str, _Preparing]]]
-    kept = _kept.__dict__.setdefault("by_connection", {})
-    entry = kept.get(id(connection))
-    if entry is None or entry[0] is not connection:
-        for key in [key for key, (other, _) in kept.items() if other.closed]:
-            del kept[key]
-        entry = kept[id(connection)] = (connection, {})
-    cursors = entry[1]
+    kept: dict[psycopg.Connection[Any], dict[str, _Preparing]]
+    kept = _kept.__dict__.setdefault("cursors", {})
+    cursors = kept.get(connection)
+    if cursors is None:
+        for closed in [other for other in kept if other.closed]:
+            del kept[closed]
+        cursors = kept[connection] = {}
     cursor = cursors.get(sql)
     if cursor is None:
         cursor = cursors[sql] = _Preparing(connection)
