@@ -1,5 +1,7 @@
 """W2 drain: N no-op jobs queued, then ``runworkers --burst`` started; jobs/s to the last one.
 
+``--sleep S`` makes each job sleep S seconds instead (jobs waiting on I/O).
+
 Run from the repository root:
 
     .venv/bin/python -m benchmarks.drain --jobs 20000 --runs 3 \
@@ -48,10 +50,10 @@ def ensure_database() -> None:
     call_command("migrate", verbosity=0)
 
 
-def queue_jobs(count: int) -> None:
+def queue_jobs(count: int, sleep: float = 0.0) -> None:
     from django.db import connection, transaction
 
-    from benchmarks.benchapp.tasks import noop
+    from benchmarks.benchapp.tasks import naps, noop
     from django_jobs import enqueue_many
 
     with connection.cursor() as cursor:
@@ -60,7 +62,10 @@ def queue_jobs(count: int) -> None:
             "django_jobs_jobevent, django_jobs_worker, django_jobs_retrywindow CASCADE"
         )
     with transaction.atomic():
-        enqueue_many(noop, [((), {})] * count)
+        if sleep:
+            enqueue_many(naps, [((sleep,), {})] * count)
+        else:
+            enqueue_many(noop, [((), {})] * count)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE django_jobs_job")
 
@@ -103,6 +108,9 @@ def main() -> None:
         metavar='NAME:"ARGS"',
         help='a named runworkers setting, e.g. 1x4:"-p 1 -c 4" (repeatable)',
     )
+    parser.add_argument(
+        "--sleep", type=float, default=0.0, help="each job sleeps this many seconds (default: none)"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--with-receiver",
@@ -121,7 +129,7 @@ def main() -> None:
     for run in range(options.runs):
         for name, args, receiver in cases:  # interleaved, so drift hits every case alike
             label = f"{name}+receiver" if receiver else name
-            queue_jobs(options.jobs)
+            queue_jobs(options.jobs, options.sleep)
             rate = drain(shlex.split(args), receiver)
             results.setdefault(label, []).append(rate)
             print(f"run {run + 1} {label}: {rate:,.0f} jobs/s", flush=True)

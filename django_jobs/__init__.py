@@ -20,6 +20,7 @@ from .batches import Callback, batch, callback
 from .exceptions import (
     ActorRequiredError,
     ArgumentsNotJSONError,
+    AttemptNotStartedError,
     BatchError,
     DependencyError,
     DuplicateStepError,
@@ -77,6 +78,7 @@ def enqueue_many(
 __all__ = [
     "ActorRequiredError",
     "ArgumentsNotJSONError",
+    "AttemptNotStartedError",
     "AttemptOutcome",
     "Backoff",
     "BatchError",

@@ -23,9 +23,20 @@ if TYPE_CHECKING:
 
 
 class AttemptControl:
+    """One attempt from its claim: it may wait for a job thread (``worker/prefetch.py``).
+
+    Its timeout counts from ``start``, when a job thread takes it, not from
+    the claim: waiting for a thread is not the task's time. Until then
+    ``started`` is the claim's moment. ``start`` and ``give_back`` decide, under
+    one lock, whether a waiting attempt runs or goes back to its queue: never both.
+    """
+
     def __init__(self, timeout: float | None) -> None:
-        self.started = time.monotonic()
-        self.deadline = None if timeout is None else self.started + timeout
+        self.claimed = self.started = time.monotonic()
+        self.timeout = timeout
+        self.deadline: float | None = None
+        self.running = False  # a job thread took it (``start``)
+        self.given_back = False  # it went back to its queue unstarted (``give_back``)
         self.cancelled = threading.Event()
         self.cancel_seen: float | None = None  # when the worker learned of the cancel
         self.stop_sent: float | None = None  # when a stop exception was raised into the thread
@@ -39,6 +50,17 @@ class AttemptControl:
         self._dirty = False
 
     # -- from the task thread ------------------------------------------------
+
+    def start(self) -> bool:
+        """A job thread takes the attempt: its clock starts; False if it was given back."""
+        with self._lock:
+            if self.given_back:
+                return False
+            self.running = True
+            self.started = time.monotonic()
+            if self.timeout is not None:
+                self.deadline = self.started + self.timeout
+            return True
 
     def begin(self) -> None:
         with self._lock:
@@ -79,6 +101,14 @@ class AttemptControl:
                 return None
             self._dirty = False
             return self._progress
+
+    def give_back(self) -> bool:
+        """Keep a waiting attempt from starting; False if a job thread took it already."""
+        with self._lock:
+            if self.running:
+                return False
+            self.given_back = True
+            return True
 
     def request_cancel(self) -> None:
         if not self.cancelled.is_set():

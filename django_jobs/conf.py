@@ -64,6 +64,8 @@ class JobsOptions:
     PREPARE_STATEMENTS: bool = True
     # Most jobs one claim statement takes (also bounded by free slots).
     CLAIM_BATCH: int = 100
+    # Attempts claimed ahead per job thread while jobs are short (worker/prefetch.py); 0: none.
+    PREFETCH: int = 1
     # On SIGTERM, how long running jobs may take before their leases are released.
     SHUTDOWN_GRACE_SECONDS: float = 30.0
     # A worker row whose heartbeat is older than this is shown as stale.
@@ -184,7 +186,7 @@ class JobsOptions:
         ):
             if getattr(self, name) <= 0:
                 raise _bad(f"{where}[{name!r}] must be positive.")
-        for name in ("UNKNOWN_TASK_GRACE", "VACUUM_DEAD_ROWS"):
+        for name in ("UNKNOWN_TASK_GRACE", "VACUUM_DEAD_ROWS", "PREFETCH"):
             if getattr(self, name) < 0:
                 raise _bad(f"{where}[{name!r}] must not be negative.")
         if self.HEARTBEAT_SECONDS * 2 > self.LEASE_SECONDS:

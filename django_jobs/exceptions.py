@@ -173,6 +173,16 @@ class LockedRowChangedError(RuntimeError):
     """
 
 
+class AttemptNotStartedError(Exception):
+    """An attempt claimed ahead went back to its queue before a job thread took it.
+
+    A worker claims a waiting attempt for each job thread while its jobs are
+    short (``PREFETCH``, docs/workers.md); one that still waits a second later
+    is given back, due at once, and recorded with this on its attempt, which is
+    not counted against ``max_attempts``. It was never raised in a task.
+    """
+
+
 class JobStopped(BaseException):
     """Raised inside a task's thread to stop it: its timeout passed or it was cancelled.
 

@@ -136,6 +136,12 @@ TASKS = {
             "BACKOFF_CAP_SECONDS": 0.5,
         },
     },
+    # As "default", with no attempt claimed ahead of a free thread (worker/prefetch.py).
+    "no_prefetch": {
+        "BACKEND": "django_jobs.backend.JobsBackend",
+        "QUEUES": ["default", "other"],
+        "OPTIONS": {"PREFETCH": 0},
+    },
     # Flow control: every rule on a queue of its own, and polling instead of LISTEN.
     "flow": {
         "BACKEND": "django_jobs.backend.JobsBackend",

@@ -643,7 +643,8 @@ def test_an_unknown_backend_is_an_error(pg: None) -> None:
     error, _, _ = jobs_failing("list", "--backend", "nope")
 
     assert error == (
-        "TASKS has no backend 'nope'; the configured aliases are default, fair, fast, flow, sqlite."
+        "TASKS has no backend 'nope'; the configured aliases are "
+        "default, fair, fast, flow, no_prefetch, sqlite."
     )
 
 

@@ -36,6 +36,8 @@ def test_options__defaults_give_quick_recovery() -> None:
         ({"LEASE_SECOND": 5}, r"unknown option\(s\) LEASE_SECOND \(did you mean LEASE_SECONDS\?\)"),
         ({"LEASE_SECONDS": "10"}, r"\['LEASE_SECONDS'\] must be a number of seconds"),
         ({"MAX_ATTEMPTS": 0}, r"\['MAX_ATTEMPTS'\] must be at least 1"),
+        ({"PREFETCH": -1}, r"\['PREFETCH'\] must not be negative"),
+        ({"PREFETCH": 0.5}, r"\['PREFETCH'\] must be"),
         ({"LISTEN": "yes"}, r"\['LISTEN'\] must be True or False"),
         ({"TASK_MODULES": "app.tasks"}, r"must be a list of module paths"),
         (

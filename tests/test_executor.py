@@ -104,7 +104,9 @@ def claim_of(
 
 
 def run(harness: Harness, claimed: Claimed) -> Outcome:
-    return harness.executor.execute(claimed, AttemptControl(claimed.timeout))
+    outcome = harness.executor.execute(claimed, AttemptControl(claimed.timeout))
+    assert outcome is not None
+    return outcome
 
 
 def test_executor__a_success_is_a_report_with_the_result(harness: Harness) -> None:
@@ -117,6 +119,28 @@ def test_executor__a_success_is_a_report_with_the_result(harness: Harness) -> No
         outcome=AttemptOutcome.SUCCEEDED,
         result=5,
     )
+
+
+def test_executor__an_attempt_cancelled_while_it_waited_for_a_thread_ends_without_running(
+    harness: Harness,
+) -> None:
+    claimed = claim_of(tasks.record)
+    control = AttemptControl(claimed.timeout)
+    control.request_cancel()  # the job turned cancelling while the attempt waited
+    outcome = harness.executor.execute(claimed, control)
+    assert isinstance(outcome, Report)
+    assert (outcome.outcome, outcome.error_message, control.result) == (
+        AttemptOutcome.CANCELLED,
+        "the job was cancelled before it started",
+        None,  # task_started never sent: the task was not called
+    )
+
+
+def test_executor__an_attempt_given_back_while_it_waited_is_not_run(harness: Harness) -> None:
+    claimed = claim_of(tasks.record)
+    control = AttemptControl(claimed.timeout)
+    control.give_back()
+    assert (harness.executor.execute(claimed, control), control.result) == (None, None)
 
 
 def test_executor__a_failure_carries_the_retry_policys_decision(harness: Harness) -> None:

@@ -466,7 +466,8 @@ def test_admin__a_schedule_for_an_alias_that_is_not_a_jobs_backend_is_refused(pg
     form.is_valid()
 
     assert form.errors["backend"] == [
-        "TASKS has no backend 'nope'; the configured aliases are default, fair, fast, flow, sqlite."
+        "TASKS has no backend 'nope'; the configured aliases are "
+        "default, fair, fast, flow, no_prefetch, sqlite."
     ]
 
 
@@ -485,6 +486,6 @@ def test_admin__run_now_of_a_schedule_whose_backend_is_gone_says_why(pg: None) -
 
     assert [str(message) for message in page.context["messages"]] == [
         "minutely: TASKS has no backend 'gone'; the configured aliases are "
-        "default, fair, fast, flow, sqlite."
+        "default, fair, fast, flow, no_prefetch, sqlite."
     ]
     assert not Job.objects.exists()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from django.db import close_old_connections
 
 from ..attempt import AttemptControl
-from ..exceptions import JobStopped
+from ..exceptions import JobCancelled, JobStopped
 from ..isolation import run_isolated
 from ..values import ChildDied, Claimed, Outcome, Report
 from .runner import TaskRunner
@@ -55,7 +55,7 @@ class JobThreads:
     def __init__(
         self,
         size: int,
-        run: Callable[[Claimed, AttemptControl], Outcome],
+        run: Callable[[Claimed, AttemptControl], Outcome | None],
         deliver: Callable[[Outcome], None],
     ) -> None:
         self._size = size
@@ -134,8 +134,18 @@ class Executor:
         """Start no queued attempt; each thread ends after the one it runs, or with the process."""
         self._threads.shutdown()
 
-    def execute(self, claimed: Claimed, control: AttemptControl) -> Outcome:
-        """Run one attempt here, in the calling thread, to its end."""
+    def execute(self, claimed: Claimed, control: AttemptControl) -> Outcome | None:
+        """Run one attempt here, in the calling thread, to its end.
+
+        None, and nothing run, if the attempt waited for a thread so long that
+        the producer gave it back meanwhile (``prefetch.py``): its report is
+        made there.
+        """
+        if not control.start():
+            return None
+        if control.cancelled.is_set():  # asked while it waited for a thread
+            cancelled = JobCancelled("the job was cancelled before it started")
+            return self.runner.stopped(claimed, control, cancelled)
         close_old_connections()  # the task's connections, as a request would
         try:
             if claimed.suspect and self.settings.ISOLATE_SUSPECTS:

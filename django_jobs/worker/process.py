@@ -38,6 +38,7 @@ from .config import WorkerConfig
 from .executor import Executor
 from .faults import Faults
 from .lifeline import Lifeline
+from .prefetch import Prefetch
 from .producer import Producer
 from .pulse import Pulse
 from .running import Running
@@ -103,6 +104,9 @@ class Worker:
             executor=self.executor,
             completer=self.completer,
             watchdog=Watchdog(self.settings, self.running, self.executor.runner),
+            prefetch=Prefetch(
+                self.settings.PREFETCH, config.concurrency, self.running, self.executor.runner
+            ),
             faults=self.faults,
             stopping=self.stopping,
             hurry=self.hurry,

@@ -2,9 +2,10 @@
 
 It runs on the worker's main thread. Each cycle it collects the outcomes of
 ended attempts, has the watchdog stop what is due, claims up to the free
-slots (in the completer's transaction, so outcomes and claim commit once),
-hands each claimed attempt to the executor and gives them a moment to end
-(``LINGER_SECONDS``), so the next cycle carries them whole. Idle, it sleeps
+slots and, while jobs are short, one waiting attempt per thread beyond them
+(``prefetch.py``; in the completer's transaction, so outcomes and claim
+commit once), hands each claimed attempt to the executor and gives them a
+moment to end (``LINGER_SECONDS``), so the next cycle carries them whole. Idle, it sleeps
 until a NOTIFY (the listener), a job thread's outcome, the next retry this
 worker scheduled (no NOTIFY announces it), the next stop the watchdog must
 make, or the poll interval, whichever comes first.
@@ -32,6 +33,7 @@ from .completer import Completer
 from .config import WorkerConfig
 from .executor import Executor
 from .faults import Faults
+from .prefetch import Prefetch
 from .pulse import Pulse
 from .running import Running
 from .watchdog import Watchdog
@@ -77,6 +79,7 @@ class Producer:
         executor: Executor,
         completer: Completer,
         watchdog: Watchdog,
+        prefetch: Prefetch,
         faults: Faults,
         stopping: threading.Event,
         hurry: threading.Event,
@@ -92,6 +95,7 @@ class Producer:
         self.executor = executor
         self.completer = completer
         self.watchdog = watchdog
+        self.prefetch = prefetch
         self.faults = faults
         self.stopping = stopping  # stop claiming, drain, exit
         self.hurry = hurry  # skip the rest of the grace period
@@ -114,7 +118,9 @@ class Producer:
                 return self._drain()
             # Slots whose outcome is about to be written count as free: the
             # outcomes and the next claim share one transaction (one commit).
-            free = self.config.concurrency - len(self.running) + self.completer.pending
+            idle = self.config.concurrency - len(self.running) + self.completer.pending
+            # And while jobs are short, each thread may have one waiting (prefetch.py).
+            free = idle + self.prefetch.ahead
             got = self._write_and_claim(free)
             record.started(got)
             for claimed in got:
@@ -122,8 +128,8 @@ class Producer:
                 self.executor.start(claimed, attempt.control)
             if self.config.burst and not got and not len(self.running) and self._idle():
                 return self.exit_code
-            if got and len(got) == min(free, self.settings.CLAIM_BATCH) and len(got) < free:
-                continue  # a full batch and room for more: claim again at once
+            if got and len(got) == min(free, self.settings.CLAIM_BATCH) and len(got) < idle:
+                continue  # a full batch and threads still idle: claim again at once
             if got:
                 self.completer.await_outcomes(len(got), LINGER_SECONDS)
             self.wake.wait(self._idle_wait())
@@ -132,6 +138,8 @@ class Producer:
     def _tend(self) -> None:
         """Take in ended attempts, stop overdue ones, and decide whether to recycle."""
         self.completer.collect()
+        for report in self.prefetch.check():
+            self.completer.submit(report)
         for report in self.watchdog.check():
             self.completer.hold(report)
             self._recycle()
@@ -147,6 +155,12 @@ class Producer:
                 self.completer.write_held()
                 return self.exit_code
             if self.hurry.is_set() or time.monotonic() >= deadline:
+                # Attempts still waiting for a thread never started: given
+                # back uncounted, not released as lost with the running ones.
+                for report in self.prefetch.give_back_all():
+                    self.completer.submit(report)
+                self.completer.collect()
+                self._write_and_claim(0)
                 self.completer.write_held()
                 self._release_all("worker shut down before the job finished")
                 return self.exit_code

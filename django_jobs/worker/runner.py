@@ -23,6 +23,7 @@ from .. import registry, tracing
 from ..attempt import AttemptControl
 from ..codec import from_json
 from ..exceptions import (
+    AttemptNotStartedError,
     JobCancelled,
     JobSleeping,
     JobStopped,
@@ -165,6 +166,18 @@ class TaskRunner:
                 "good. Deploy workers that have the task, then retry the job."
             )
         return _failure(claimed, AttemptOutcome.FAILED, UnknownTaskError(message), decision)
+
+    def not_started(self, claimed: Claimed, waited: float) -> Report:
+        """How an attempt claimed ahead and given back unstarted is recorded: not counted.
+
+        It is postponed by nothing, as a job whose task this worker lacks is
+        postponed: due at once for any worker, its attempt back in the budget.
+        """
+        exc = AttemptNotStartedError(
+            f"claimed ahead by worker {socket.gethostname()}:{os.getpid()} and not started "
+            f"within {waited:.1f}s, every job thread being busy; given back to its queue"
+        )
+        return _failure(claimed, AttemptOutcome.FAILED, exc, Decision(Verdict.POSTPONE, 0.0))
 
     def stopped(self, claimed: Claimed, control: AttemptControl, exc: JobStopped) -> Report:
         """How an attempt that was stopped (timeout or cancel) is recorded."""

@@ -65,6 +65,25 @@ class Running:
         with self._lock:
             return dict(self._attempts)
 
+    def oldest_claim(self) -> float | None:
+        """When the longest-held attempt whose task has not returned was claimed (monotonic)."""
+        with self._lock:
+            return min(
+                (a.control.claimed for a in self._attempts.values() if not a.control.finished),
+                default=None,
+            )
+
+    def waiting(self, claimed_before: float) -> list[RunningAttempt]:
+        """Attempts claimed before that moment that no job thread has taken yet."""
+        with self._lock:
+            return [
+                attempt
+                for attempt in self._attempts.values()
+                if not attempt.control.running
+                and not attempt.control.given_back
+                and attempt.control.claimed < claimed_before
+            ]
+
     def writing(self, keys: Iterable[Key]) -> None:
         with self._lock:
             for key in keys:

@@ -124,6 +124,13 @@ def sleeps(seconds: float) -> str:
     return "finished"
 
 
+@task(timeout=0.5, max_attempts=1)
+def sleeps_within_half_a_second(seconds: float) -> str:
+    """Sleeps under a timeout of 0.5 s."""
+    time.sleep(seconds)
+    return "finished"
+
+
 @task(timeout=1.0, max_attempts=1)
 def busy_forever() -> None:
     while True:
