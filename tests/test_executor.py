@@ -129,10 +129,11 @@ def test_executor__an_attempt_cancelled_while_it_waited_for_a_thread_ends_withou
     control.request_cancel()  # the job turned cancelling while the attempt waited
     outcome = harness.executor.execute(claimed, control)
     assert isinstance(outcome, Report)
-    assert (outcome.outcome, outcome.error_message, control.result) == (
+    assert (outcome.outcome, outcome.error_message, control.result, control.finished) == (
         AttemptOutcome.CANCELLED,
         "the job was cancelled before it started",
         None,  # task_started never sent: the task was not called
+        True,  # over: nothing may be raised into the thread any more
     )
 
 

@@ -15,8 +15,9 @@ waiting must stay short. Two rules keep it so:
 - an attempt still waiting ``GIVE_BACK_SECONDS`` after its claim (a batch of
   long jobs took every thread) is given back to its queue, due at once for any
   worker, its attempt recorded as not started and not counted
-  (``TaskRunner.not_started``). At shutdown every waiting attempt is given
-  back at once.
+  (``TaskRunner.not_started``). At shutdown, the attempts still waiting when
+  the grace period ends (or at a second stop) go back the same way, not
+  released as lost with the running ones.
 
 A waiting attempt's timeout counts from when a thread takes it
 (``AttemptControl.start``).
