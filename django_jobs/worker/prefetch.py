@@ -59,7 +59,6 @@ class Prefetch:
 
     def give_back_all(self) -> list[Report]:
         """Give back every waiting attempt (at shutdown); their reports, to write."""
-        self.ahead = 0
         return self._give_back(time.monotonic())
 
     def _give_back(self, claimed_before: float) -> list[Report]:

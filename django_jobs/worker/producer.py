@@ -137,9 +137,10 @@ class Producer:
 
     def _tend(self) -> None:
         """Take in ended attempts, stop overdue ones, and decide whether to recycle."""
-        self.completer.collect()
+        # Attempts given back go in with this cycle's outcomes, written in it.
         for report in self.prefetch.check():
             self.completer.submit(report)
+        self.completer.collect()
         for report in self.watchdog.check():
             self.completer.hold(report)
             self._recycle()

@@ -9,6 +9,7 @@ it: nothing about an attempt outlives the attempt.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
 from collections.abc import Iterable
@@ -65,24 +66,26 @@ class Running:
         with self._lock:
             return dict(self._attempts)
 
+    # The attempts are kept in the order they were claimed (``start``), so the
+    # two reads below, made every cycle, stop at the first attempt that answers
+    # them instead of reading every one.
+
     def oldest_claim(self) -> float | None:
         """When the longest-held attempt whose task has not returned was claimed (monotonic)."""
         with self._lock:
-            return min(
+            return next(
                 (a.control.claimed for a in self._attempts.values() if not a.control.finished),
-                default=None,
+                None,
             )
 
     def waiting(self, claimed_before: float) -> list[RunningAttempt]:
         """Attempts claimed before that moment that no job thread has taken yet."""
         with self._lock:
-            return [
-                attempt
-                for attempt in self._attempts.values()
-                if not attempt.control.running
-                and not attempt.control.given_back
-                and attempt.control.claimed < claimed_before
-            ]
+            early = itertools.takewhile(
+                lambda attempt: attempt.control.claimed < claimed_before,
+                self._attempts.values(),
+            )
+            return [a for a in early if not a.control.running and not a.control.given_back]
 
     def writing(self, keys: Iterable[Key]) -> None:
         with self._lock:
