@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from django_jobs import enqueue_many
-from django_jobs.ids import new_ids
+from django_jobs.ids import new_id, new_ids
 from django_jobs.models import Job
 from tests.testapp import tasks
 
@@ -29,6 +29,16 @@ def test_new_ids__a_batch_is_ascending_unique_version_7_uuids_across_its_counter
     assert ids == sorted(ids) and len(set(ids)) == 40_000
     assert {(u.version, u.variant) for u in parsed} == {(7, uuid.RFC_4122)}
     assert [str(u) for u in parsed] == ids
+
+
+def test_new_id__a_version_7_uuid_of_this_millisecond_with_random_bits() -> None:
+    before = time.time_ns() // 1_000_000
+    ids = [new_id() for _ in range(1_000)]
+    after = time.time_ns() // 1_000_000
+
+    assert {(u.version, u.variant) for u in ids} == {(7, uuid.RFC_4122)}
+    assert all(before <= u.int >> 80 <= after for u in ids)
+    assert len(set(ids)) == 1_000
 
 
 def test_enqueue__jobs_sort_by_id_in_the_order_they_were_enqueued(pg: None) -> None:
