@@ -26,12 +26,9 @@ Start = Callable[..., WorkerProcess]
 NOT_STARTED = "django_jobs.exceptions.AttemptNotStartedError"
 
 
-def _all_running(*job_ids: str) -> bool:
-    return Job.objects.filter(id__in=job_ids, state=JobState.RUNNING).count() == len(job_ids)
-
-
-def _none_running(*job_ids: str) -> bool:
-    return not Job.objects.filter(id__in=job_ids, state=JobState.RUNNING).exists()
+def _running(*job_ids: str) -> int:
+    """How many of these jobs are running (leased) now."""
+    return Job.objects.filter(id__in=job_ids, state=JobState.RUNNING).count()
 
 
 def _one_waits_behind_a_long_job(
@@ -42,7 +39,7 @@ def _one_waits_behind_a_long_job(
         long = tasks.sleeps.using(priority=1).enqueue(seconds)
         short = tasks.add.enqueue(1, 2)
     start_workers(*args, "--concurrency", "1")
-    wait_until(lambda: _all_running(long.id, short.id), timeout=30)
+    wait_until(lambda: _running(long.id, short.id) == 2, timeout=30)
     return long.id, short.id
 
 
@@ -63,7 +60,7 @@ def test_prefetch__nothing_is_claimed_ahead_while_a_job_runs_long(
 ) -> None:
     long = tasks.sleeps.enqueue(1.5)
     start_workers("--concurrency", "1")
-    wait_until(lambda: _all_running(long.id), timeout=30)
+    wait_until(lambda: _running(long.id) == 1, timeout=30)
     time.sleep(0.3)
     short = tasks.add.enqueue(1, 2)
     time.sleep(0.5)
@@ -129,7 +126,7 @@ def test_prefetch__a_hurried_shutdown_gives_back_a_waiting_attempt_instead_of_lo
     os.kill(pid, signal.SIGTERM)  # a second stop: no grace period
     # Both outcomes: the waiting attempt's give-back and the running one's
     # release are written one after the other as the worker exits.
-    wait_until(lambda: _none_running(long, short), timeout=30)
+    wait_until(lambda: _running(long, short) == 0, timeout=30)
     first = {
         a.job_id.hex: (a.outcome, a.error_type)
         for a in Attempt.objects.filter(job_id__in=[long, short], number=1)

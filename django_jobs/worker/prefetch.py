@@ -55,16 +55,17 @@ class Prefetch:
         self.ahead = self.size if held < SHORT_SECONDS else 0
         if held < GIVE_BACK_SECONDS:
             return []
-        return self._give_back(now - GIVE_BACK_SECONDS)
+        return self._give_back(waited=GIVE_BACK_SECONDS)
 
     def give_back_all(self) -> list[Report]:
         """Give back every waiting attempt (at shutdown); their reports, to write."""
-        return self._give_back(time.monotonic())
+        return self._give_back(waited=0.0)
 
-    def _give_back(self, claimed_before: float) -> list[Report]:
+    def _give_back(self, waited: float) -> list[Report]:
+        """The attempts claimed at least ``waited`` seconds ago that no thread took."""
         now = time.monotonic()
         return [
             self.runner.not_started(attempt.claimed, now - attempt.control.claimed)
-            for attempt in self.running.waiting(claimed_before)
+            for attempt in self.running.waiting(claimed_before=now - waited)
             if attempt.control.give_back()
         ]
