@@ -11,8 +11,9 @@ too, by the backend and the worker.
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -105,7 +106,13 @@ def send_on_commit(
     transaction.on_commit(partial(job_transitioned.send, Job, **kwargs), using=db, robust=True)
 
 
-def send_each(signal: Signal, sender: type, name: str, values: Iterable[Any]) -> None:
+def send_each(
+    signal: Signal,
+    sender: type,
+    name: str,
+    values: Iterable[Any],
+    on_error: Callable[[BaseException], None] | None = None,
+) -> None:
     """``signal.send(sender, **{name: value})`` for each value, the receivers looked up once.
 
     ``Signal.send`` finds and resolves its receivers on every call (a lock,
@@ -115,14 +122,41 @@ def send_each(signal: Signal, sender: type, name: str, values: Iterable[Any]) ->
     value. With an async receiver connected, each value is sent as usual:
     ``send`` runs those through ``async_to_sync``. With no receiver,
     ``values`` is not iterated, so a generator builds nothing for nobody.
+    With ``on_error``, a receiver's exception goes there (with an async
+    receiver connected, to ``send_robust``, which logs it) and the sending
+    goes on; without it, it propagates.
     """
     sync_receivers, async_receivers = signal._live_receivers(sender)
     if not sync_receivers and not async_receivers:
         return
     if async_receivers:
         for value in values:
-            signal.send(sender, **{name: value})
+            if on_error is None:
+                signal.send(sender, **{name: value})
+            else:
+                signal.send_robust(sender, **{name: value})  # which logs what raised
         return
     for value in values:
         for receiver in sync_receivers:
-            receiver(signal=signal, sender=sender, **{name: value})
+            if on_error is None:
+                receiver(signal=signal, sender=sender, **{name: value})
+                continue
+            try:
+                receiver(signal=signal, sender=sender, **{name: value})
+            except Exception as exc:
+                on_error(exc)
+
+
+def receiver_failed(signal_name: str, carried_on: str) -> Callable[[BaseException], None]:
+    """An ``on_error`` for ``send_each`` that logs on ``django_jobs.worker``.
+
+    Django's ``send_robust`` logs on ``django.dispatch``, which Django's default
+    logging shows only with ``DEBUG``: a broken receiver in production would
+    go unseen. ``carried_on`` says what was done regardless.
+    """
+    logger = logging.getLogger("django_jobs.worker")
+
+    def log(exc: BaseException) -> None:
+        logger.error("A %s receiver raised; %s", signal_name, carried_on, exc_info=exc)
+
+    return log

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -184,3 +186,54 @@ def test_worker__writes_short_jobs_claimed_together_in_one_completion(
     per_completion = Counter(Job.objects.values_list("finished_at", flat=True))
     whole = [size for size in per_completion.values() if size == 16]
     assert (Job.objects.filter(state=JobState.SUCCEEDED).count(), len(whole) >= 3) == (64, True)
+
+
+@pytest.fixture
+def task_signals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[Any]]:
+    """Have the workers the test starts record their task signals; read them once they exit."""
+    path = tmp_path / "task-signals.jsonl"
+    monkeypatch.setenv("DJANGO_JOBS_TEST_RECEIVERS", str(path))
+    return lambda: [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_worker__sends_task_finished_from_its_notifier_thread_once_the_outcome_is_committed(
+    pg: None, run_burst: Burst, task_signals: Callable[[], list[Any]]
+) -> None:
+    with transaction.atomic():
+        results = [tasks.echo.enqueue(n) for n in range(20)]
+    run_burst("-c", "4")
+    finished = [sent for sent in task_signals() if sent["signal"] == "finished"]
+    assert sorted(sent["job_id"] for sent in finished) == sorted(r.id for r in results)
+    assert {(sent["status"], sent["thread"], sent["state_in_db"]) for sent in finished} == {
+        ("SUCCESSFUL", "django-jobs-notifier", "succeeded")
+    }
+
+
+def test_worker__a_task_finished_receiver_that_raises_loses_no_job_and_stops_no_worker(
+    pg: None, run_burst: Burst, task_signals: Callable[[], list[Any]]
+) -> None:
+    with transaction.atomic():
+        broken = tasks.echo.enqueue("raise in finished")
+        others = [tasks.echo.enqueue(n) for n in range(10)]
+    output = run_burst("-c", "4")
+    ids = [broken.id, *(r.id for r in others)]
+    assert Counter(Job.objects.filter(id__in=ids).values_list("state", "attempts")) == {
+        (JobState.SUCCEEDED, 1): 11
+    }
+    finished = [sent["job_id"] for sent in task_signals() if sent["signal"] == "finished"]
+    assert sorted(finished) == sorted(ids)
+    assert output.count("A task_finished receiver raised") == 1
+    assert "RuntimeError: a broken finished receiver" in output
+
+
+def test_worker__a_task_started_receiver_that_raises_still_runs_the_task(
+    pg: None, run_burst: Burst, task_signals: Callable[[], list[Any]]
+) -> None:
+    with transaction.atomic():
+        result = tasks.echo.enqueue("raise in started")
+    output = run_burst()
+    job = Job.objects.get(id=result.id)
+    assert (job.state, job.attempts) == (JobState.SUCCEEDED, 1)
+    assert [sent["signal"] for sent in task_signals()] == ["started", "finished"]
+    assert "A task_started receiver raised; the task runs all the same" in output
+    assert "RuntimeError: a broken started receiver" in output

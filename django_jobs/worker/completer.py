@@ -18,26 +18,23 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from ..codec import from_json
-from ..framework import TaskError, task_finished
 from ..metrics import record
-from ..results import replaced
-from ..signals import send_each
-from ..states import JobState, django_status
+from ..states import JobState
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
+from .notifier import Ended, send_task_finished
 from .outcome_logs import log_applied, log_stale
 from .running import Key, Running, RunningAttempt
 
 if TYPE_CHECKING:
     from ..engine.base import Engine
     from ..framework import BaseTaskBackend
-    from ..results import JobResult
 
 
 def _key(outcome: Outcome) -> Key:
@@ -67,6 +64,7 @@ class Completer:
         faults: Faults,
         sender: type[BaseTaskBackend],
         on_retry: Callable[[float], None],
+        notify: Callable[[list[Ended]], None] | None = None,
     ) -> None:
         self.engine = engine
         self.worker_id = worker_id
@@ -74,6 +72,9 @@ class Completer:
         self.faults = faults
         self.sender = sender  # the backend class, as Django's task signals name it
         self.on_retry = on_retry  # told when a retry this worker scheduled is due
+        # Given each written batch's ended attempts, for Django's task_finished:
+        # a worker's Notifier sends them from its thread; by default, here.
+        self.notify = notify or partial(send_task_finished, sender)
         self.jobs_done = 0
         # Outcomes submitted and not collected yet, behind one lock the
         # producer can also wait on (``await_outcomes``).
@@ -156,7 +157,7 @@ class Completer:
         _log(done, ended)
         record.finished(done.applied, ended)
         # Django's task_finished, sent once the batch is applied, in its order.
-        finished: list[tuple[Report, JobState, JobResult]] = []
+        finished: list[Ended] = []
         for report, state in done.applied:
             if state is JobState.QUEUED and report.decision is not None:
                 self.on_retry(time.monotonic() + report.decision.delay)
@@ -167,30 +168,5 @@ class Completer:
             attempt = ended.get(_key(report))
             if attempt is not None and attempt.control.result is not None:
                 finished.append((report, state, attempt.control.result))
-        send_each(
-            task_finished, self.sender, "task_result", (_finished_result(*f) for f in finished)
-        )
-
-
-def _finished_result(report: Report, state: JobState, started: JobResult) -> JobResult:
-    """The result Django's task_finished is sent with, from what this worker knows: no query.
-
-    ``errors`` holds this attempt's error only; ``get_result()`` has them all.
-    An isolated attempt sent task_started in its child, so it has no
-    ``started`` result here and no task_finished either.
-    """
-    errors = []
-    if report.error_type:
-        errors.append(TaskError(exception_class_path=report.error_type, traceback=report.traceback))
-    result = replaced(
-        started,
-        status=django_status(state),
-        state=state,
-        finished_at=timezone.now(),
-        errors=errors,
-        last_error=report.error_message,
-    )
-    if state is JobState.SUCCEEDED:
-        value = from_json(report.result, "the return value")  # as get_result() gives it
-        object.__setattr__(result, "_return_value", value)
-    return result
+        if finished:
+            self.notify(finished)

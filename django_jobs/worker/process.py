@@ -10,7 +10,10 @@ Threads and what each owns (each has its own database connection):
 * the lifeline's thread renews this process's leases every
   ``HEARTBEAT_SECONDS`` and reaps expired leases of dead workers every
   ``REAP_SECONDS``;
-* on PostgreSQL, a listener thread wakes the main thread on NOTIFY.
+* on PostgreSQL, a listener thread wakes the main thread on NOTIFY;
+* the notifier's thread sends Django's ``task_finished`` for each batch of
+  outcomes the main thread wrote, after its commit, while the main thread
+  goes on claiming.
 
 The parts share the running attempts (``Running``) and three events:
 ``stopping`` (no more claims), ``hurry`` (skip the grace period) and ``wake``.
@@ -38,6 +41,7 @@ from .config import WorkerConfig
 from .executor import Executor
 from .faults import Faults
 from .lifeline import Lifeline
+from .notifier import Notifier
 from .prefetch import Prefetch
 from .producer import Producer
 from .pulse import Pulse
@@ -76,6 +80,7 @@ class Worker:
         self.pulse = pulse or Pulse()  # a supervisor passes the one it reads
         self.faults = Faults(backend.db, self.stopping)
         self.executor = Executor(backend, self.identity.id, self._deliver, config.concurrency)
+        self.notifier = Notifier(sender=type(backend))
         self.completer = Completer(
             self.engine,
             self.identity.id,
@@ -83,6 +88,7 @@ class Worker:
             self.faults,
             sender=type(backend),
             on_retry=self._retry_scheduled,
+            notify=self.notifier.send,
         )
         self.lifeline = Lifeline(
             self.engine,
@@ -142,6 +148,7 @@ class Worker:
             return 0
         listens = self.settings.LISTEN and self.engine.listens
         self._log_start(listens)
+        self.notifier.start()
         self.lifeline.start()
         # Every worker runs a scheduler; each tick still fires once (schedules.py).
         Scheduler(self.backend, self.stopping).start()
@@ -158,6 +165,7 @@ class Worker:
         finally:
             self.stopping.set()
             self.executor.shutdown()
+            self.notifier.close(self.settings.SHUTDOWN_GRACE_SECONDS)
             self.faults.retry(lambda: self.engine.stop_worker(self.identity.id), tries=5)
             connections.close_all()
         logger.info(

@@ -39,6 +39,7 @@ from ..framework import task_started
 from ..payload import check_result
 from ..results import JobResult
 from ..retry import Decision, Verdict, unknown_task_decision
+from ..signals import receiver_failed, send_each
 from ..states import AttemptOutcome, JobState, django_status
 from ..steps import Steps
 from ..tasks import JobContext
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
 
 _RUNNING = django_status(JobState.RUNNING)
+_STARTED_FAILED = receiver_failed("task_started", "the task runs all the same")
 
 
 class TaskRunner:
@@ -83,7 +85,10 @@ class TaskRunner:
             return _failure(claimed, AttemptOutcome.FAILED, exc, Decision(Verdict.GIVE_UP))
         result = self._running_result(task, claimed, args, kwargs)
         control.result = result
-        task_started.send(type(self.backend), task_result=result)
+        # A receiver that raises is logged and the task runs. Raised here, it
+        # ended the job thread's work with no outcome, and the attempt stayed
+        # running, its lease renewed, for as long as the worker lived.
+        send_each(task_started, type(self.backend), "task_result", (result,), _STARTED_FAILED)
         try:
             control.begin()
             if task.takes_context:
