@@ -179,3 +179,9 @@ if os.environ.get("DJANGO_JOBS_TEST_SPANS"):
     from tests.span_file import export_spans_to
 
     export_spans_to(os.environ["DJANGO_JOBS_TEST_SPANS"])
+
+# tests/test_tracing.py: a worker process started with this set has a span processor that raises.
+if os.environ.get("DJANGO_JOBS_TEST_BROKEN_TRACER"):
+    from tests.span_file import break_tracing
+
+    break_tracing()

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 
@@ -46,4 +47,18 @@ class FileExporter(SpanExporter):
 def export_spans_to(path: str) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(FileExporter(path)))
+    trace.set_tracer_provider(provider)
+
+
+class BrokenProcessor(SpanProcessor):
+    """A span processor with a bug: it raises as a worker's ``process`` span starts."""
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if span.name.startswith("process "):
+            raise RuntimeError("a broken span processor")
+
+
+def break_tracing() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(BrokenProcessor())
     trace.set_tracer_provider(provider)

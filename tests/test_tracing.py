@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
-from django_jobs import enqueue_many, tracing
+from django_jobs import JobState, enqueue_many, tracing
 from django_jobs.models import Job
 from tests.span_file import as_dict
 from tests.testapp.tasks import add, gives_up
@@ -107,6 +107,24 @@ def test_a_failed_attempts_span__carries_the_error_type(
     process = by_name(worker_spans(), "process default")
     assert process["attributes"]["error.type"] == "builtins.KeyError"
     assert process["status"] == "ERROR"
+
+
+def test_a_span_processor_that_raises__fails_the_attempt_and_the_worker_goes_on(
+    pg: None, run_burst: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DJANGO_JOBS_TEST_BROKEN_TRACER", "1")
+    result = add.enqueue(2, 3)
+    output = run_burst("-p", "1")
+
+    job = Job.objects.get(id=result.id)
+    attempts = job.attempt_set.order_by("number").values_list(
+        "outcome", "error_type", "error_message"
+    )
+    assert (job.state, list(attempts)) == (
+        JobState.EXHAUSTED,
+        [("failed", "builtins.RuntimeError", "a broken span processor")] * job.max_attempts,
+    )
+    assert "something around its task call raised; the attempt is recorded failed" in output
 
 
 def test_enqueue_many__one_send_span_whose_context_every_job_carries(

@@ -237,3 +237,19 @@ def test_worker__a_task_started_receiver_that_raises_still_runs_the_task(
     assert [sent["signal"] for sent in task_signals()] == ["started", "finished"]
     assert "A task_started receiver raised; the task runs all the same" in output
     assert "RuntimeError: a broken started receiver" in output
+
+
+def test_worker__an_exception_that_cannot_be_printed_still_ends_its_attempt(
+    pg: None, run_burst: Burst
+) -> None:
+    with transaction.atomic():
+        result = tasks.raises_unprintable.enqueue()
+    run_burst(timeout=60)
+    job = Job.objects.get(id=result.id)
+    [attempt] = job.attempt_set.all()
+    assert (job.state, attempt.outcome, attempt.error_type) == (
+        JobState.EXHAUSTED,
+        AttemptOutcome.FAILED,
+        "tests.testapp.tasks.Unprintable",
+    )
+    assert attempt.error_message == "<Unprintable: its str() raised RuntimeError>"

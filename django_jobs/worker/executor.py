@@ -155,6 +155,12 @@ class Executor:
         except JobStopped as exc:
             # The stop landed just outside the task call, in our own code.
             return self.runner.stopped(claimed, control, exc)
+        except Exception as exc:
+            logger.exception(
+                "Job %s: something around its task call raised; the attempt is recorded failed",
+                claimed.job_id,
+            )
+            return self.runner.broken(claimed, control, exc)
         finally:
             control.end()
             close_old_connections()

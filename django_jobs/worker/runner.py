@@ -184,6 +184,18 @@ class TaskRunner:
         )
         return _failure(claimed, AttemptOutcome.FAILED, exc, Decision(Verdict.POSTPONE, 0.0))
 
+    def broken(self, claimed: Claimed, control: AttemptControl, exc: Exception) -> Report:
+        """How an attempt is recorded when something around the task call raised.
+
+        A tracer's span processor, a signal's dispatch, a connection closed
+        between jobs: not the task, but its attempt still needs an outcome, or
+        it stays running, its lease renewed, for as long as the worker lives.
+        The task's retry policy decides, as for an exception from the task.
+        """
+        task = registry.get(claimed.task_name)
+        decision = self.backend.retry_policy(task, claimed.max_attempts).decide(exc, claimed.token)
+        return _failure(claimed, AttemptOutcome.FAILED, exc, decision, control)
+
     def stopped(self, claimed: Claimed, control: AttemptControl, exc: JobStopped) -> Report:
         """How an attempt that was stopped (timeout or cancel) is recorded."""
         if isinstance(exc, JobTimedOut):
@@ -248,9 +260,21 @@ def _failure(
         attempt_id=claimed.attempt_id,
         outcome=outcome,
         error_type=f"{kind.__module__}.{kind.__qualname__}",
-        error_message=str(exc),
+        error_message=_message(exc),
         traceback="".join(tb.format_exception(exc)),
         decision=decision,
         progress=control.take_progress() if control is not None else None,
         exception=exc,
     )
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or what happened instead when the exception cannot say it.
+
+    A task may raise an exception whose ``__str__`` fails; raised from here,
+    that failure left the attempt with no outcome, running for good.
+    """
+    try:
+        return str(exc)
+    except Exception as failed:
+        return f"<{type(exc).__name__}: its str() raised {type(failed).__name__}>"

@@ -222,3 +222,15 @@ def steps_until_killed(context: JobContext) -> list[str]:
         time.sleep(60)
     done.append(context.step("three", _ledger_step, context, "three"))
     return done
+
+
+class Unprintable(Exception):
+    """An exception whose message cannot be read: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot say what went wrong")
+
+
+@task(max_attempts=1)
+def raises_unprintable() -> None:
+    raise Unprintable()
