@@ -79,6 +79,8 @@ class AttemptControl:
             raise ValueError(f"progress done ({done}) may not exceed total ({total}).")
         if not isinstance(message, str):
             raise ValueError("progress message must be a string.")
+        if "\x00" in message:
+            raise ValueError("progress message must not contain a NUL character (\\x00).")
         with self._lock:
             if self._progress is not None and done < self._progress.done:
                 raise ValueError(

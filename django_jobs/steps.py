@@ -141,6 +141,8 @@ class Steps:
                 f"a {what}'s name must be a non-empty string of at most {NAME_MAX_LENGTH} "
                 f"characters, not {name!r}."
             )
+        if "\x00" in name:
+            raise StepError(f"a {what}'s name must not contain a NUL character: {name!r}.")
 
     def _use(self, name: str) -> None:
         if name in self._used:

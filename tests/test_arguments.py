@@ -244,6 +244,33 @@ def test_codec__refuses_to_decode_an_unknown_tag_or_a_bad_value(stored: Any, mes
         from_json(stored, "args")
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (["ok", {"k": ["a\x00b"]}], {}, r"^args\[1\]\['k'\]\[0\] contains a NUL character"),
+        ([], {"note": {"a\x00": 1}}, r"^kwargs\['note'\] \(its key 'a\\x00'\) contains a NUL"),
+    ],
+)
+def test_arguments__a_nul_character_is_refused_naming_where_and_nothing_is_written(
+    alias: str, args: list[Any], kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ArgumentsNotJSONError, match=message + r".*PostgreSQL cannot store"):
+        tasks.echo.using(backend=alias).enqueue(*args, **kwargs)
+    assert Job.objects.using(jobs_backend(alias).db).count() == 0
+
+
+def test_arguments__a_backslash_before_u0000_is_text_not_a_nul_and_is_kept(alias: str) -> None:
+    text = "C:\\u0000\\dir"  # a backslash, then "u0000": JSON writes it as \\u0000
+    result = tasks.echo.using(backend=alias).enqueue(text)
+    job = Job.objects.using(jobs_backend(alias).db).get(id=result.id)
+    assert from_json(job.args, "args") == [text]
+
+
+def test_check_result__a_nul_character_is_refused_as_not_storable() -> None:
+    with pytest.raises(ResultNotJSONError, match=r"^the return value\['out'\] contains a NUL"):
+        check_result({"out": "a\x00b"}, 1_000)
+
+
 def test_check_result__returns_the_stored_form_and_names_the_return_value() -> None:
     assert check_result({"total": Decimal("9.90")}, 1000) == {"total": {"$decimal": "9.90"}}
     with pytest.raises(ResultNotJSONError, match=r"^the return value\['at'\] is a naive datetime"):

@@ -284,6 +284,13 @@ def test_progress__many_updates_between_heartbeats_are_written_once() -> None:
     assert written[1] is None
 
 
+def test_progress__a_message_with_a_nul_character_is_refused_and_nothing_is_kept() -> None:
+    attempt = AttemptControl(timeout=None)
+    with pytest.raises(ValueError, match=r"^progress message must not contain a NUL character"):
+        attempt.set_progress(1, 2, "a\x00b")
+    assert attempt.take_progress() is None
+
+
 # -- verbs and signals -------------------------------------------------------------------
 
 

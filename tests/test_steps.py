@@ -165,8 +165,13 @@ def _no_op() -> None:
         (lambda s: s.sleep(True), "finite number of seconds >= 0, not True"),
         (lambda s: s.sleep(float("inf")), "finite number of seconds >= 0, not inf"),
         (lambda s: s.sleep(60, name=""), "a sleep's name must be a non-empty string"),
+        (lambda s: s.run("a\x00b", _no_op), "a step's name must not contain a NUL character"),
+        (lambda s: s.sleep(60, name="a\x00"), "a sleep's name must not contain a NUL character"),
     ],
-    ids=["name", "empty", "long", "fn", "naive", "negative", "bool", "inf", "sleep-name"],
+    ids=[
+        *("name", "empty", "long", "fn", "naive", "negative", "bool", "inf", "sleep-name"),
+        *("nul-name", "nul-sleep-name"),
+    ],
 )
 def test_steps__refuse_a_wrong_call_before_reading_or_writing_anything(
     call: Callable[[Steps], object], message: str

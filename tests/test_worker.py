@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_jobs import AttemptOutcome, JobState, enqueue_many
 from django_jobs.backend import jobs_backend
 from django_jobs.framework import TaskResultStatus
-from django_jobs.models import Job, Worker
+from django_jobs.models import Attempt, Job, Worker
 from django_jobs.values import WorkerIdentity
 from tests.conftest import WorkerProcess, wait_until
 from tests.testapp import tasks
@@ -253,3 +253,25 @@ def test_worker__an_exception_that_cannot_be_printed_still_ends_its_attempt(
         "tests.testapp.tasks.Unprintable",
     )
     assert attempt.error_message == "<Unprintable: its str() raised RuntimeError>"
+
+
+def test_worker__a_nul_character_in_a_result_or_an_error_fails_only_its_own_job(
+    pg: None, run_burst: Burst
+) -> None:
+    # PostgreSQL stores no NUL character; one in a report once failed every
+    # later write of the worker, the other jobs' outcomes and claims with it.
+    with transaction.atomic():
+        returned = tasks.returns_nul.enqueue()
+        raised = tasks.raises_nul.enqueue()
+        others = [tasks.echo.enqueue(n) for n in range(3)]
+    run_burst("-c", "1", timeout=60)
+    attempts = {
+        str(job_id): (outcome, error_type, message)
+        for job_id, outcome, error_type, message in Attempt.objects.values_list(
+            "job_id", "outcome", "error_type", "error_message"
+        )
+    }
+    assert attempts[returned.id][:2] == ("failed", "django_jobs.exceptions.ResultNotJSONError")
+    assert attempts[returned.id][2].startswith("the return value contains a NUL character")
+    assert attempts[raised.id] == ("failed", "builtins.ValueError", "bad\\x00message")
+    assert {attempts[r.id][0] for r in others} == {"succeeded"}

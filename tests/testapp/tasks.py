@@ -234,3 +234,13 @@ class Unprintable(Exception):
 @task(max_attempts=1)
 def raises_unprintable() -> None:
     raise Unprintable()
+
+
+@task(max_attempts=1)
+def returns_nul() -> str:
+    return "a" + chr(0) + "b"
+
+
+@task(max_attempts=1)
+def raises_nul() -> None:
+    raise ValueError("bad" + chr(0) + "message")
