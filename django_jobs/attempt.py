@@ -16,6 +16,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING
 
 from .exceptions import JobCancelled, JobStopped
+from .text import unstorable
 from .values import Progress
 
 if TYPE_CHECKING:
@@ -79,8 +80,8 @@ class AttemptControl:
             raise ValueError(f"progress done ({done}) may not exceed total ({total}).")
         if not isinstance(message, str):
             raise ValueError("progress message must be a string.")
-        if "\x00" in message:
-            raise ValueError("progress message must not contain a NUL character (\\x00).")
+        if (wrong := unstorable(message)) is not None:
+            raise ValueError(f"progress message must not contain {wrong}.")
         with self._lock:
             if self._progress is not None and done < self._progress.done:
                 raise ValueError(

@@ -58,6 +58,7 @@ from .retry import Backoff, RetryPolicy
 from .signals import send_each
 from .states import JobState
 from .tasks import JobTask
+from .text import unstorable
 from .unique import EnqueueOutcome, problem, rule_of
 
 if TYPE_CHECKING:
@@ -398,8 +399,8 @@ def _validate_job_options(task: JobTask) -> None:
             fail(f"{name} must be a string, not {type(value).__name__}.")
         elif len(value) > (limit := _MAX_LENGTHS.get(name, 255)):
             fail(f"{name} is {len(value)} characters long; at most {limit} fit.")
-        elif "\x00" in value:
-            fail(f"{name} must not contain a NUL character (\\x00): {value!r}.")
+        elif (wrong := unstorable(value)) is not None:
+            fail(f"{name} must not contain {wrong}: {value!r}.")
         elif name in keys and not value:
             fail(f"{name} must not be empty (pass None for no key).")
     if (wrong := problem(task)) is not None:

@@ -23,6 +23,7 @@ from .exceptions import (
     StepResultNotJSONError,
     StepResultTooLargeError,
 )
+from .text import unstorable
 
 
 class Encoded(NamedTuple):
@@ -41,8 +42,8 @@ def check_arguments(args: Sequence[Any], kwargs: dict[str, Any], max_bytes: int)
     stored_kwargs = to_json(kwargs, "kwargs") if kwargs else {}
     args_json = encode(stored_args) if args else "[]"
     kwargs_json = encode(stored_kwargs) if kwargs else "{}"
-    if _NUL_ESCAPE in args_json or _NUL_ESCAPE in kwargs_json:
-        _refuse_nul((list(args), "args"), (kwargs, "kwargs"), error=ArgumentsNotJSONError)
+    if _candidate(args_json) or _candidate(kwargs_json):
+        _refuse_unstorable((list(args), "args"), (kwargs, "kwargs"), error=ArgumentsNotJSONError)
     size = len(args_json) + len(kwargs_json)  # ASCII (escaped) JSON: characters are bytes
     if size > max_bytes:
         raise PayloadTooLargeError(
@@ -81,8 +82,8 @@ def _bounded(
 ) -> Any:
     stored = to_json(value, root, not_json)
     text = encode(stored)
-    if _NUL_ESCAPE in text:
-        _refuse_nul((value, root), error=not_json)
+    if _candidate(text):
+        _refuse_unstorable((value, root), error=not_json)
     size = len(text.encode())
     if size > max_bytes:
         raise too_large(
@@ -92,37 +93,39 @@ def _bounded(
     return stored
 
 
-# How the encoder writes a NUL character: what to look for before walking.
+# How the encoder writes a NUL character and the start of a surrogate (a lone
+# one, or half of a pair for a character beyond the BMP): what makes a walk worth it.
 _NUL_ESCAPE = "\\u0000"
+_SURROGATE_ESCAPE = "\\ud"
 
 
-def _refuse_nul(*values: tuple[Any, str], error: type[Exception]) -> None:
-    """Raise ``error`` naming the string that holds a NUL character, if one does.
+def _candidate(text: str) -> bool:
+    return _NUL_ESCAPE in text or _SURROGATE_ESCAPE in text
 
-    PostgreSQL's jsonb cannot hold one (nor can its text columns): a stored
-    result with one failed its worker's every write after it, the other
-    jobs' outcomes with it. SQLite could store it; it is refused there too,
-    so that what works in development works in production. A ``\\u0000`` in
-    the JSON text is only a candidate (it may be an escaped backslash and
-    "u0000"); the walk decides.
+
+def _refuse_unstorable(*values: tuple[Any, str], error: type[Exception]) -> None:
+    """Raise ``error`` naming the first string PostgreSQL cannot store, if one is (``text.py``).
+
+    The JSON text only says where to look: ``\\u0000`` may be an escaped
+    backslash and "u0000", ``\\ud83d`` half of an emoji's pair; the walk decides.
     """
     for value, root in values:
-        for where in _nul_places(value, root):
+        for where, wrong in _unstorable(value, root):
             raise error(
-                f"{where} contains a NUL character (\\x00), which PostgreSQL cannot store; "
-                "remove it, or pass the text base64-encoded."
+                f"{where} contains {wrong}, which PostgreSQL cannot store; remove it, or pass "
+                "the text base64-encoded."
             )
 
 
-def _nul_places(value: Any, where: str) -> Iterator[str]:
+def _unstorable(value: Any, where: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, str):
-        if "\x00" in value:
-            yield where
+        if (wrong := unstorable(value)) is not None:
+            yield where, wrong
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            yield from _nul_places(item, f"{where}[{index}]")
+            yield from _unstorable(item, f"{where}[{index}]")
     elif isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and "\x00" in key:
-                yield f"{where} (its key {key!r})"
-            yield from _nul_places(item, f"{where}[{key!r}]")
+            if isinstance(key, str) and (wrong := unstorable(key)) is not None:
+                yield f"{where} (its key {key!r})", wrong
+            yield from _unstorable(item, f"{where}[{key!r}]")

@@ -35,6 +35,7 @@ from .codec import from_json
 from .exceptions import DuplicateStepError, JobSleeping, StaleAttemptError, StepError
 from .models import Step
 from .payload import check_step_result
+from .text import unstorable
 from .values import StepWrite
 
 if TYPE_CHECKING:
@@ -141,8 +142,8 @@ class Steps:
                 f"a {what}'s name must be a non-empty string of at most {NAME_MAX_LENGTH} "
                 f"characters, not {name!r}."
             )
-        if "\x00" in name:
-            raise StepError(f"a {what}'s name must not contain a NUL character: {name!r}.")
+        if (wrong := unstorable(name)) is not None:
+            raise StepError(f"a {what}'s name must not contain {wrong}: {name!r}.")
 
     def _use(self, name: str) -> None:
         if name in self._used:

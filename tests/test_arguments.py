@@ -249,9 +249,10 @@ def test_codec__refuses_to_decode_an_unknown_tag_or_a_bad_value(stored: Any, mes
     [
         (["ok", {"k": ["a\x00b"]}], {}, r"^args\[1\]\['k'\]\[0\] contains a NUL character"),
         ([], {"note": {"a\x00": 1}}, r"^kwargs\['note'\] \(its key 'a\\x00'\) contains a NUL"),
+        (["a" + chr(0xD800)], {}, r"^args\[0\] contains a lone surrogate \('\\ud800'\)"),
     ],
 )
-def test_arguments__a_nul_character_is_refused_naming_where_and_nothing_is_written(
+def test_arguments__text_postgresql_cannot_store_is_refused_naming_where_and_nothing_is_written(
     alias: str, args: list[Any], kwargs: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ArgumentsNotJSONError, match=message + r".*PostgreSQL cannot store"):
@@ -259,11 +260,12 @@ def test_arguments__a_nul_character_is_refused_naming_where_and_nothing_is_writt
     assert Job.objects.using(jobs_backend(alias).db).count() == 0
 
 
-def test_arguments__a_backslash_before_u0000_is_text_not_a_nul_and_is_kept(alias: str) -> None:
-    text = "C:\\u0000\\dir"  # a backslash, then "u0000": JSON writes it as \\u0000
-    result = tasks.echo.using(backend=alias).enqueue(text)
+def test_arguments__text_that_only_looks_unstorable_in_its_json_is_kept(alias: str) -> None:
+    # A backslash then "u0000" is written \\u0000; an emoji as a surrogate pair.
+    texts = ["C:\\u0000\\dir", "ok \N{GRINNING FACE}"]
+    result = tasks.echo.using(backend=alias).enqueue(*texts)
     job = Job.objects.using(jobs_backend(alias).db).get(id=result.id)
-    assert from_json(job.args, "args") == [text]
+    assert from_json(job.args, "args") == texts
 
 
 def test_check_result__a_nul_character_is_refused_as_not_storable() -> None:

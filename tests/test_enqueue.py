@@ -144,6 +144,7 @@ def test_enqueue__refuses_a_task_that_is_not_registered(pg: None) -> None:
         ({"idempotency_key": ""}, "idempotency_key must not be empty"),
         ({"tenant": "t" * 256}, "tenant is 256 characters long; at most 255 fit"),
         ({"tenant": "a\x00b"}, r"tenant must not contain a NUL character \(\\x00\): 'a\\x00b'"),
+        ({"idempotency_key": "k" + chr(0xDC80)}, r"idempotency_key must not contain a lone surr"),
         ({"expires_at": dt.datetime(2030, 1, 1)}, "expires_at must be an aware datetime"),
     ],
 )

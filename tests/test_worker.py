@@ -255,14 +255,15 @@ def test_worker__an_exception_that_cannot_be_printed_still_ends_its_attempt(
     assert attempt.error_message == "<Unprintable: its str() raised RuntimeError>"
 
 
-def test_worker__a_nul_character_in_a_result_or_an_error_fails_only_its_own_job(
+def test_worker__text_postgresql_cannot_store_in_a_result_or_an_error_fails_only_its_own_job(
     pg: None, run_burst: Burst
 ) -> None:
-    # PostgreSQL stores no NUL character; one in a report once failed every
-    # later write of the worker, the other jobs' outcomes and claims with it.
+    # A NUL character or a lone surrogate in a report once failed every later
+    # write of the worker (the other jobs' outcomes and claims with it), or
+    # ended the worker process.
     with transaction.atomic():
-        returned = tasks.returns_nul.enqueue()
-        raised = tasks.raises_nul.enqueue()
+        returned = [tasks.returns_nul.enqueue(), tasks.returns_surrogate.enqueue()]
+        raised = [tasks.raises_nul.enqueue(), tasks.raises_surrogate.enqueue()]
         others = [tasks.echo.enqueue(n) for n in range(3)]
     run_burst("-c", "1", timeout=60)
     attempts = {
@@ -271,7 +272,15 @@ def test_worker__a_nul_character_in_a_result_or_an_error_fails_only_its_own_job(
             "job_id", "outcome", "error_type", "error_message"
         )
     }
-    assert attempts[returned.id][:2] == ("failed", "django_jobs.exceptions.ResultNotJSONError")
-    assert attempts[returned.id][2].startswith("the return value contains a NUL character")
-    assert attempts[raised.id] == ("failed", "builtins.ValueError", "bad\\x00message")
-    assert {attempts[r.id][0] for r in others} == {"succeeded"}
+    assert [attempts[r.id][:2] for r in returned] == [
+        ("failed", "django_jobs.exceptions.ResultNotJSONError")
+    ] * 2
+    assert [attempts[r.id][2].split(",")[0] for r in returned] == [
+        "the return value contains a NUL character (\\x00)",
+        "the return value contains a lone surrogate ('\\ud800')",
+    ]
+    assert [attempts[r.id] for r in raised] == [
+        ("failed", "builtins.ValueError", "bad\\x00message"),
+        ("failed", "builtins.ValueError", "bad\\ud800message"),
+    ]
+    assert [attempts[r.id][0] for r in others] == ["succeeded"] * 3

@@ -43,6 +43,7 @@ from ..signals import receiver_failed, send_each
 from ..states import AttemptOutcome, JobState, django_status
 from ..steps import Steps
 from ..tasks import JobContext
+from ..text import storable
 from ..values import Claimed, Report
 
 if TYPE_CHECKING:
@@ -259,9 +260,9 @@ def _failure(
         token=claimed.token,
         attempt_id=claimed.attempt_id,
         outcome=outcome,
-        error_type=_storable(f"{kind.__module__}.{kind.__qualname__}"),
-        error_message=_storable(_message(exc)),
-        traceback=_storable("".join(tb.format_exception(exc))),
+        error_type=storable(f"{kind.__module__}.{kind.__qualname__}"),
+        error_message=storable(_message(exc)),
+        traceback=storable("".join(tb.format_exception(exc))),
         decision=decision,
         progress=control.take_progress() if control is not None else None,
         exception=exc,
@@ -278,13 +279,3 @@ def _message(exc: BaseException) -> str:
         return str(exc)
     except Exception as failed:
         return f"<{type(exc).__name__}: its str() raised {type(failed).__name__}>"
-
-
-def _storable(text: str) -> str:
-    """``text`` with each NUL character written as ``\\x00``, as PostgreSQL's text takes it.
-
-    An error message may carry one (a C library's, a binary protocol's); the
-    completer's write of it failed, and with it every later write of the
-    worker's outcomes and claims.
-    """
-    return text.replace("\x00", "\\x00") if "\x00" in text else text

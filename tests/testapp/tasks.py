@@ -244,3 +244,13 @@ def returns_nul() -> str:
 @task(max_attempts=1)
 def raises_nul() -> None:
     raise ValueError("bad" + chr(0) + "message")
+
+
+@task(max_attempts=1)
+def returns_surrogate() -> str:
+    return "a" + chr(0xD800) + "b"  # half of a UTF-16 pair, alone
+
+
+@task(max_attempts=1)
+def raises_surrogate() -> None:
+    raise ValueError("bad" + chr(0xD800) + "message")

@@ -1,0 +1,34 @@
+"""What PostgreSQL's text and jsonb can hold: no NUL character, no lone surrogate.
+
+A Python ``str`` can hold both: ``"\\x00"``, and half of a UTF-16 pair
+(``"\\ud800"``, as a ``surrogateescape`` decode or a careless slice leaves).
+PostgreSQL refuses the first in any text and cannot encode the second in
+UTF-8. From a worker, either made the write of its whole batch of outcomes
+fail, every cycle, or ended the process; so what is given to us is refused
+where it is given, and what a worker writes of its own (an error message, a
+traceback) is escaped. SQLite would take both; they are refused there too,
+so that what works in development works in production.
+"""
+
+from __future__ import annotations
+
+
+def unstorable(text: str) -> str | None:
+    """What keeps ``text`` out of PostgreSQL, said for a message; None if nothing does."""
+    if text.isascii():
+        return "a NUL character (\\x00)" if "\x00" in text else None
+    if "\x00" in text:
+        return "a NUL character (\\x00)"
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate ({text[exc.start]!r})"
+    return None
+
+
+def storable(text: str) -> str:
+    """``text`` with each NUL and lone surrogate written as its escape: ``\\x00``, ``\\ud800``."""
+    if unstorable(text) is None:
+        return text
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode()
