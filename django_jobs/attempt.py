@@ -19,6 +19,9 @@ from .exceptions import JobCancelled, JobStopped
 from .text import unstorable
 from .values import Progress
 
+# A progress count is stored as a bigint: larger, its every write failed.
+_LARGEST = 2**63 - 1
+
 if TYPE_CHECKING:
     from .results import JobResult
 
@@ -72,9 +75,11 @@ class AttemptControl:
             self.finished = True
 
     def set_progress(self, done: int, total: int | None, message: str) -> None:
-        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+        if isinstance(done, bool) or not isinstance(done, int) or not 0 <= done <= _LARGEST:
             raise ValueError(f"progress done must be a whole number >= 0, not {done!r}.")
-        if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+        if total is not None and (
+            isinstance(total, bool) or not isinstance(total, int) or total > _LARGEST
+        ):
             raise ValueError(f"progress total must be a whole number or None, not {total!r}.")
         if total is not None and total < done:
             raise ValueError(f"progress done ({done}) may not exceed total ({total}).")

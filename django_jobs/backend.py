@@ -37,6 +37,7 @@ from django.utils.functional import cached_property
 from . import registry, tracing
 from .conf import JobsOptions
 from .exceptions import (
+    MAX_RETRY_DELAY_SECONDS,
     ConfigurationError,
     EnqueueError,
     InvalidJobOptionError,
@@ -382,8 +383,11 @@ def _validate_job_options(task: JobTask) -> None:
     if task.backoff is not None and not isinstance(task.backoff, Backoff):
         if isinstance(task.backoff, bool) or not isinstance(task.backoff, int | float):
             fail(f"backoff must be a number of seconds or a Backoff, not {task.backoff!r}.")
-        elif task.backoff < 0:
-            fail("backoff must not be negative.")
+        elif not 0 <= task.backoff <= MAX_RETRY_DELAY_SECONDS:  # NaN too
+            fail(
+                f"backoff must be from 0 to {MAX_RETRY_DELAY_SECONDS} seconds (a hundred "
+                f"years), not {task.backoff!r}."
+            )
     for name in ("retry_on", "give_up_on"):
         classes = getattr(task, name)
         if not isinstance(classes, tuple) or not all(

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-from .exceptions import ConfigurationError
+from .exceptions import MAX_RETRY_DELAY_SECONDS, ConfigurationError
 
 # The system-check ids of OPTIONS mistakes (docs/configuration.md#system-checks).
 UNKNOWN_OPTION = "django_jobs.E005"
@@ -221,6 +221,11 @@ class JobsOptions:
                 _check_pair(where, name, queue, pair)
         if self.BACKOFF_CAP_SECONDS < self.BACKOFF_BASE_SECONDS:
             raise _bad(f"{where}: BACKOFF_CAP_SECONDS must not be below BACKOFF_BASE_SECONDS.")
+        if not self.BACKOFF_CAP_SECONDS <= MAX_RETRY_DELAY_SECONDS:
+            raise _bad(
+                f"{where}: BACKOFF_CAP_SECONDS must be at most {MAX_RETRY_DELAY_SECONDS} "
+                f"(a hundred years), not {self.BACKOFF_CAP_SECONDS!r}."
+            )
 
 
 def _check_pair(where: str, name: str, queue: str, pair: Any) -> None:

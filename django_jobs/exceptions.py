@@ -89,6 +89,11 @@ class LeaseLostError(Exception):
     """
 
 
+# The longest wait before a retry: a hundred years. Longer (or infinite, or NaN),
+# the due time could not be worked out, and the worker writing it failed.
+MAX_RETRY_DELAY_SECONDS = 100 * 365 * 24 * 3600
+
+
 class RetryLater(Exception):
     """Raise from a task to be run again after ``delay`` seconds.
 
@@ -98,8 +103,11 @@ class RetryLater(Exception):
     """
 
     def __init__(self, delay: float, reason: str = "") -> None:
-        if delay < 0:
-            raise ValueError("RetryLater delay must not be negative.")
+        if not 0 <= delay <= MAX_RETRY_DELAY_SECONDS:  # NaN too
+            raise ValueError(
+                f"RetryLater delay must be a number of seconds from 0 to "
+                f"{MAX_RETRY_DELAY_SECONDS} (a hundred years), not {delay!r}."
+            )
         super().__init__(reason or f"retry requested in {delay:g}s")
         self.delay = float(delay)
 

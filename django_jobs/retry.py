@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from .exceptions import RetryLater
+from .exceptions import MAX_RETRY_DELAY_SECONDS, RetryLater
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,11 @@ class Backoff:
             raise ValueError("Backoff base and cap must not be negative.")
         if self.cap < self.base:
             raise ValueError("Backoff cap must not be below its base.")
+        if not self.cap <= MAX_RETRY_DELAY_SECONDS:  # NaN too
+            raise ValueError(
+                f"Backoff cap must be at most {MAX_RETRY_DELAY_SECONDS} seconds (a hundred "
+                f"years), not {self.cap!r}."
+            )
 
     def ceiling(self, attempt: int) -> float:
         """The largest delay after the given (1-based) attempt failed."""

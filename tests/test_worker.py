@@ -284,3 +284,21 @@ def test_worker__text_postgresql_cannot_store_in_a_result_or_an_error_fails_only
         ("failed", "builtins.ValueError", "bad\\ud800message"),
     ]
     assert [attempts[r.id][0] for r in others] == ["succeeded"] * 3
+
+
+def test_worker__a_retry_delay_or_a_progress_it_cannot_store_fails_only_its_own_job(
+    pg: None, run_burst: Burst
+) -> None:
+    # Once: a NaN delay ended the worker process (the other attempts of its
+    # batch lost), a progress past a bigint failed its every write for good.
+    with transaction.atomic():
+        nan = tasks.retries_in_nan_seconds.enqueue()
+        big = tasks.counts_past_a_bigint.enqueue()
+        others = [tasks.echo.enqueue(n) for n in range(3)]
+    run_burst("-c", "1", timeout=60)
+    attempts = dict(Attempt.objects.values_list("job_id", "error_message"))
+    assert attempts[uuid.UUID(nan.id)].startswith("RetryLater delay must be a number of seconds")
+    assert attempts[uuid.UUID(big.id)] == f"progress done must be a whole number >= 0, not {2**63}."
+    assert set(Attempt.objects.values_list("outcome", flat=True)) == {"failed", "succeeded"}
+    assert Attempt.objects.count() == 5
+    assert [Job.objects.get(id=r.id).state for r in others] == [JobState.SUCCEEDED] * 3

@@ -254,3 +254,13 @@ def returns_surrogate() -> str:
 @task(max_attempts=1)
 def raises_surrogate() -> None:
     raise ValueError("bad" + chr(0xD800) + "message")
+
+
+@task(max_attempts=1)
+def retries_in_nan_seconds() -> None:
+    raise RetryLater(float("nan"))
+
+
+@task(takes_context=True, max_attempts=1)
+def counts_past_a_bigint(context: JobContext) -> None:
+    context.set_progress(2**63, None, "")
