@@ -252,17 +252,20 @@ def steady_drain(peer: Peer, setting: WorkerSetting, capacity: float, sizes: Siz
     second of a three-second drain here) is in it, while W6's judged windows
     come after the warm-up. This one counts the completions of one window
     after the same warm-up, on a backlog that outlasts both: twice what the
-    capacity would drain in that time, eight times more if that ran out. The
-    backlog left is the caller's to empty.
+    capacity would drain in that time, eight times more if that ran out. If
+    nothing completed in the window, the workers were still starting (a
+    loaded machine, a smoke run's one-second warm-up): tried again with twice
+    the warm-up. The backlog left is the caller's to empty.
     """
     jobs = max(sizes.drain, int(2 * capacity * (sizes.overload_warmup + sizes.overload_window)))
+    warmup = sizes.overload_warmup
     for _ in range(3):
         peer.reset()
         peer.fill(jobs)
         peer.analyze()
         workers = peer.start_workers(setting, drain=False)
         try:
-            time.sleep(sizes.overload_warmup)
+            time.sleep(warmup)
             before, started = peer.pending(), time.monotonic()
             time.sleep(sizes.overload_window)
             after, ended = peer.pending(), time.monotonic()
@@ -270,10 +273,16 @@ def steady_drain(peer: Peer, setting: WorkerSetting, capacity: float, sizes: Siz
                 raise RuntimeError(f"{peer.name}: workers exited\n{workers.output()}")
         finally:
             workers.stop()
-        if after:
+        if not after:
+            jobs *= 8
+        elif after < before:
             return (before - after) / (ended - started)
-        jobs *= 8
-    raise RuntimeError(f"{peer.name}: a backlog of {jobs // 8} jobs ran out within the window")
+        else:
+            warmup *= 2
+    raise RuntimeError(
+        f"{peer.name}: no steady rate in three tries (the backlog ran out, or nothing "
+        f"completed within {warmup / 2:g} s of warm-up and a window)"
+    )
 
 
 def judge_windows(windows: list[dict[str, Any]], capacity: float) -> dict[str, float]:
