@@ -43,7 +43,7 @@ def check_arguments(args: Sequence[Any], kwargs: dict[str, Any], max_bytes: int)
     args_json = encode(stored_args) if args else "[]"
     kwargs_json = encode(stored_kwargs) if kwargs else "{}"
     if _candidate(args_json) or _candidate(kwargs_json):
-        _refuse_unstorable((list(args), "args"), (kwargs, "kwargs"), error=ArgumentsNotJSONError)
+        _refuse_unstorable((args, "args"), (kwargs, "kwargs"), error=ArgumentsNotJSONError)
     size = len(args_json) + len(kwargs_json)  # ASCII (escaped) JSON: characters are bytes
     if size > max_bytes:
         raise PayloadTooLargeError(

@@ -130,20 +130,17 @@ def send_each(
     if not sync_receivers and not async_receivers:
         return
     if async_receivers:
+        send = signal.send if on_error is None else signal.send_robust  # which logs what raised
         for value in values:
-            if on_error is None:
-                signal.send(sender, **{name: value})
-            else:
-                signal.send_robust(sender, **{name: value})  # which logs what raised
+            send(sender, **{name: value})
         return
     for value in values:
         for receiver in sync_receivers:
-            if on_error is None:
-                receiver(signal=signal, sender=sender, **{name: value})
-                continue
             try:
                 receiver(signal=signal, sender=sender, **{name: value})
             except Exception as exc:
+                if on_error is None:
+                    raise
                 on_error(exc)
 
 

@@ -70,10 +70,10 @@ class Completer:
         self.worker_id = worker_id
         self.running = running
         self.faults = faults
-        self.sender = sender  # the backend class, as Django's task signals name it
         self.on_retry = on_retry  # told when a retry this worker scheduled is due
-        # Given each written batch's ended attempts, for Django's task_finished:
-        # a worker's Notifier sends them from its thread; by default, here.
+        # Given each written batch's ended attempts, for Django's task_finished
+        # (``sender``, the backend class, names who sends it): a worker's
+        # Notifier sends them from its thread; by default, here.
         self.notify = notify or partial(send_task_finished, sender)
         self.jobs_done = 0
         # Outcomes submitted and not collected yet, behind one lock the

@@ -193,9 +193,12 @@ class TaskRunner:
         it stays running, its lease renewed, for as long as the worker lives.
         The task's retry policy decides, as for an exception from the task.
         """
+        return _failure(claimed, AttemptOutcome.FAILED, exc, self._decide(claimed, exc), control)
+
+    def _decide(self, claimed: Claimed, exc: BaseException) -> Decision:
+        """What the claimed task's retry policy says of ``exc`` after this attempt."""
         task = registry.get(claimed.task_name)
-        decision = self.backend.retry_policy(task, claimed.max_attempts).decide(exc, claimed.token)
-        return _failure(claimed, AttemptOutcome.FAILED, exc, decision, control)
+        return self.backend.retry_policy(task, claimed.max_attempts).decide(exc, claimed.token)
 
     def stopped(self, claimed: Claimed, control: AttemptControl, exc: JobStopped) -> Report:
         """How an attempt that was stopped (timeout or cancel) is recorded."""
@@ -203,10 +206,8 @@ class TaskRunner:
             seconds = claimed.timeout or 0.0
             if not exc.args:
                 exc = JobTimedOut(f"the attempt outlived its timeout of {seconds:g}s")
-            task = registry.get(claimed.task_name)
-            policy = self.backend.retry_policy(task, claimed.max_attempts)
             # For retry_on / give_up_on, a timeout counts as a TimeoutError.
-            decision = policy.decide(TimeoutError(str(exc)), claimed.token)
+            decision = self._decide(claimed, TimeoutError(str(exc)))
             return _failure(claimed, AttemptOutcome.TIMED_OUT, exc, decision, control)
         if isinstance(exc, StaleAttemptError):
             # Its report is stale whatever it says: kept on the attempt, applied nowhere.
