@@ -89,6 +89,19 @@ class LeaseLostError(Exception):
     """
 
 
+class ReportRefusedError(Exception):
+    """The error type of an attempt whose report the database refused to store.
+
+    Never raised: a value the database will not take (a constraint a DBA
+    added, a trigger, a text PostgreSQL cannot hold) used to fail the
+    completer's whole batch on every try, holding every job in it ``running``
+    for as long as the worker lived. The completer then writes the batch's
+    reports one by one and records the refused one as failed for good with
+    this type, naming what the database said: the same code would report the
+    same again, and an operator retries the job once the cause is fixed.
+    """
+
+
 # The longest wait before a retry: a hundred years. Longer (or infinite, or NaN),
 # the due time could not be worked out, and the worker writing it failed.
 MAX_RETRY_DELAY_SECONDS = 100 * 365 * 24 * 3600

@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -223,6 +223,74 @@ def test_completer__an_abandoned_attempt_is_written_once_from_its_held_report(
     assert setup.engine.calls == [("finish", [key])]
     assert state(claimed) == (JobState.FAILED, AttemptOutcome.TIMED_OUT)
     assert len(setup.running) == 0
+
+
+@pytest.fixture
+def results_capped(pg: None) -> Iterator[str]:
+    """A constraint a DBA added: results of at most 100 bytes, below MAX_RESULT_BYTES."""
+    name = "results_capped"
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            f"ALTER TABLE django_jobs_job ADD CONSTRAINT {name} "
+            "CHECK (octet_length(result::text) <= 100)"
+        )
+    try:
+        yield name
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(f"ALTER TABLE django_jobs_job DROP CONSTRAINT {name}")
+
+
+def test_completer__a_report_the_database_refuses_fails_its_job_and_holds_no_other(
+    setup: Setup, results_capped: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    for n in range(3):
+        tasks.add.enqueue(n, n)
+    before, refused, after = setup.claim(3)
+    large = dataclasses.replace(report(refused, AttemptOutcome.SUCCEEDED), result="x" * 200)
+    with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
+        written = setup.write(
+            report(before, AttemptOutcome.SUCCEEDED), large, report(after, AttemptOutcome.SUCCEEDED)
+        )
+    job, attempt = Job.objects.get(id=refused.job_id), Attempt.objects.get(id=refused.attempt_id)
+    assert written == ["claimed"]
+    assert "The database refused a batch of 3 reports (IntegrityError" in caplog.text
+    assert [state(c) for c in (before, refused, after)] == [
+        (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
+        (JobState.FAILED, AttemptOutcome.FAILED),
+        (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
+    ]
+    assert (job.result, attempt.error_type) == (None, "django_jobs.exceptions.ReportRefusedError")
+    assert f'violates check constraint "{results_capped}"' in attempt.error_message
+    assert "The attempt ended succeeded; what it reported is not stored." in job.last_error
+    assert (setup.completer.pending, len(setup.running)) == (0, 0)
+
+
+def test_completer__a_batch_written_after_a_refused_one_is_one_engine_call_again(
+    setup: Setup, results_capped: str
+) -> None:
+    for n in range(4):
+        tasks.add.enqueue(n, n)
+    refused, *rest = setup.claim(4)
+    setup.write(dataclasses.replace(report(refused, AttemptOutcome.SUCCEEDED), result="x" * 200))
+    setup.engine.calls.clear()
+    setup.write(*(report(c, AttemptOutcome.SUCCEEDED) for c in rest))
+    assert setup.engine.calls == [("finish", [(c.job_id, c.token) for c in rest])]
+
+
+def test_completer__a_held_report_the_database_refuses_is_written_as_a_failure(
+    setup: Setup, results_capped: str
+) -> None:
+    tasks.add.enqueue(1, 1)
+    (claimed,) = setup.claim(1)
+    setup.running.abandon((claimed.job_id, claimed.token))
+    setup.completer.hold(
+        dataclasses.replace(report(claimed, AttemptOutcome.SUCCEEDED), result="x" * 200)
+    )
+    setup.completer.write_held()
+    attempt = Attempt.objects.get(id=claimed.attempt_id)
+    assert state(claimed) == (JobState.FAILED, AttemptOutcome.FAILED)
+    assert attempt.error_type == "django_jobs.exceptions.ReportRefusedError"
 
 
 def test_completer__task_finished_carries_the_running_result_but_for_how_it_ended(

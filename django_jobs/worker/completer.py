@@ -9,11 +9,20 @@ If the database is unavailable nothing is lost: the outcomes stay in memory
 and the next cycle tries again. If that takes longer than the lease, the
 reaper re-runs the job and our late report is kept on the attempt, not
 applied.
+
+A database that answers but refuses a value in the batch (``DataError``,
+``IntegrityError``: a constraint, a trigger) is not down, and trying the same
+batch again would fail the same way for as long as the worker lives, every
+job in it held ``running``. Such a batch is written again at once, one report
+at a time, and the report refused alone is recorded as a failure naming
+what the database said (``ReportRefusedError``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import threading
 import time
 import uuid
@@ -21,11 +30,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, DataError, IntegrityError, transaction
 from django.utils import timezone
 
+from ..exceptions import ReportRefusedError
 from ..metrics import record
-from ..states import JobState
+from ..retry import Decision, Verdict
+from ..states import AttemptOutcome, JobState
+from ..text import storable
 from ..values import ChildDied, Finished, Outcome, Report
 from .faults import Faults
 from .notifier import Ended, send_task_finished
@@ -35,6 +47,11 @@ from .running import Key, Running, RunningAttempt
 if TYPE_CHECKING:
     from ..engine.base import Engine
     from ..framework import BaseTaskBackend
+
+logger = logging.getLogger("django_jobs.worker")
+
+# A value the database would not store, as opposed to a database that is down.
+REFUSED = (DataError, IntegrityError)
 
 
 def _key(outcome: Outcome) -> Key:
@@ -84,6 +101,8 @@ class Completer:
         # Reports of attempts whose thread would not stop: written just before
         # this process exits, so the job cannot run elsewhere while it still runs here.
         self._held: list[Report] = []
+        # A batch was refused: write report by report until a batch is written.
+        self._one_by_one = False
 
     def submit(self, outcome: Outcome) -> None:
         """Take an outcome from a job thread; the next ``collect`` picks it up."""
@@ -118,7 +137,8 @@ class Completer:
         transaction of ours: in autocommit it is one round trip instead of
         three (BEGIN, claim, COMMIT), which is most of an idle worker's
         pickup latency. On a database fault, ``otherwise`` is returned and
-        every outcome stays for the next try.
+        every outcome stays for the next try; a batch the database refused is
+        written again at once, one report at a time.
         """
         batch = list(self._pending)
         reports = [outcome for outcome in batch if isinstance(outcome, Report)]
@@ -127,16 +147,26 @@ class Completer:
         scope = transaction.atomic(using=self.engine.db) if batch else contextlib.nullcontext()
         try:
             with scope:
-                done = self.engine.finish(self.worker_id, reports) if reports else Finished()
+                done = self._finish(reports) if reports else Finished()
                 for death in deaths:
                     self.engine.release_lease(
                         self.worker_id, death.job_id, death.token, death.reason
                     )
                 got = then()
         except DatabaseError as exc:
+            if isinstance(exc, REFUSED) and reports and not self._one_by_one:
+                logger.warning(
+                    "The database refused a batch of %d reports (%s); writing them one by one.",
+                    len(reports),
+                    _said(exc),
+                    extra={"db": self.engine.db},
+                )
+                self._one_by_one = True
+                return self.write(then, otherwise)  # once: it is one by one now
             self.faults.fault("report and claim", exc)
             return otherwise
         self.faults.recovered()
+        self._one_by_one = False
         self._pending = self._pending[len(batch) :]
         self._written(batch, reports, done)
         return got
@@ -146,10 +176,30 @@ class Completer:
         if not self._held:
             return
         reports = list(self._held)
-        done = self.faults.retry(lambda: self.engine.finish(self.worker_id, reports), tries=10)
+        # Few, and written once: one by one at once, so that none can hold the rest.
+        done = self.faults.retry(lambda: self._each_alone(reports), tries=10)
         ended = self.running.end(_key(report) for report in reports)
         if done is not None:
             _log(done, ended)
+
+    def _finish(self, reports: list[Report]) -> Finished:
+        """The reports in one engine call, or one by one after the last batch was refused."""
+        if self._one_by_one:
+            return self._each_alone(reports)
+        return self.engine.finish(self.worker_id, reports)
+
+    def _each_alone(self, reports: list[Report]) -> Finished:
+        """Write each report in a savepoint of its own; a refused one is recorded as a failure."""
+        done = Finished()
+        for report in reports:
+            try:
+                with transaction.atomic(using=self.engine.db):
+                    part = self.engine.finish(self.worker_id, [report])
+            except REFUSED as exc:
+                part = self.engine.finish(self.worker_id, [refused(report, exc)])
+            done.applied.extend(part.applied)
+            done.stale.extend(part.stale)
+        return done
 
     def _written(self, batch: list[Outcome], reports: list[Report], done: Finished) -> None:
         ended = self.running.end(_key(outcome) for outcome in batch)
@@ -170,3 +220,39 @@ class Completer:
                 finished.append((report, state, attempt.control.result))
         if finished:
             self.notify(finished)
+
+
+def refused(report: Report, exc: DatabaseError) -> Report:
+    """A failure for good in place of a report the database would not store.
+
+    Only what the worker writes of its own is kept, so that this one can be
+    stored: what the attempt reported (its result, progress, error text) is
+    what was refused. Not retried, as for a result that cannot be stored: the
+    same code would report the same again.
+    """
+    what = report.outcome.replace("_", " ")
+    error = ReportRefusedError(
+        f"The database refused to store this attempt's report ({_said(exc)}). The attempt "
+        f"ended {what}; what it reported is not stored. "
+        "Failed for good: retry the job once the cause is fixed."
+    )
+    kind = type(error)
+    return dataclasses.replace(
+        report,
+        outcome=AttemptOutcome.FAILED,
+        result=None,
+        error_type=f"{kind.__module__}.{kind.__qualname__}",
+        error_message=storable(str(error)),
+        traceback="",
+        decision=Decision(Verdict.GIVE_UP),
+        progress=None,
+        wake_at=None,
+        sleep_step="",
+        exception=error,
+    )
+
+
+def _said(exc: DatabaseError) -> str:
+    """The error's class and first line: PostgreSQL's DETAIL would repeat the refused row."""
+    first = str(exc).strip().partition("\n")[0]
+    return f"{type(exc).__name__}: {first}"
