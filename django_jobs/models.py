@@ -298,6 +298,10 @@ class Batch(models.Model):
         return self.total - self.settled
 
 
+# An exception's dotted path, as an attempt records it; a longer one is clipped.
+ERROR_TYPE_MAX_LENGTH = 255
+
+
 class Attempt(models.Model):
     """One execution try of a job. History: never rewritten after it ends."""
 
@@ -313,7 +317,7 @@ class Attempt(models.Model):
     )
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
-    error_type = models.CharField(max_length=255, blank=True, default="")
+    error_type = models.CharField(max_length=ERROR_TYPE_MAX_LENGTH, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     late_report = models.JSONField(

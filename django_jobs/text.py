@@ -32,3 +32,12 @@ def storable(text: str) -> str:
         return text
     text = text.replace("\x00", "\\x00")
     return text.encode("utf-8", "backslashreplace").decode()
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, its last one an ellipsis when cut.
+
+    For what a worker writes of its own into a column of bounded length: a
+    longer value failed the write of the worker's whole batch of outcomes.
+    """
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -260,10 +260,12 @@ def test_worker__text_postgresql_cannot_store_in_a_result_or_an_error_fails_only
 ) -> None:
     # A NUL character or a lone surrogate in a report once failed every later
     # write of the worker (the other jobs' outcomes and claims with it), or
-    # ended the worker process.
+    # ended the worker process; so did an exception's path longer than the
+    # attempt's error_type column.
     with transaction.atomic():
         returned = [tasks.returns_nul.enqueue(), tasks.returns_surrogate.enqueue()]
         raised = [tasks.raises_nul.enqueue(), tasks.raises_surrogate.enqueue()]
+        long_named = tasks.raises_long_named.enqueue()
         others = [tasks.echo.enqueue(n) for n in range(3)]
     run_burst("-c", "1", timeout=60)
     attempts = {
@@ -283,6 +285,8 @@ def test_worker__text_postgresql_cannot_store_in_a_result_or_an_error_fails_only
         ("failed", "builtins.ValueError", "bad\\x00message"),
         ("failed", "builtins.ValueError", "bad\\ud800message"),
     ]
+    path = f"tests.testapp.tasks.{tasks.LongNamed.__qualname__}"
+    assert attempts[long_named.id][:2] == ("failed", path[:254] + "…")
     assert [attempts[r.id][0] for r in others] == ["succeeded"] * 3
 
 

@@ -36,6 +36,7 @@ from ..exceptions import (
     UnknownTaskError,
 )
 from ..framework import task_started
+from ..models import ERROR_TYPE_MAX_LENGTH
 from ..payload import check_result
 from ..results import JobResult
 from ..retry import Decision, Verdict, unknown_task_decision
@@ -43,7 +44,7 @@ from ..signals import receiver_failed, send_each
 from ..states import AttemptOutcome, JobState, django_status
 from ..steps import Steps
 from ..tasks import JobContext
-from ..text import storable
+from ..text import clipped, storable
 from ..values import Claimed, Report
 
 if TYPE_CHECKING:
@@ -261,7 +262,9 @@ def _failure(
         token=claimed.token,
         attempt_id=claimed.attempt_id,
         outcome=outcome,
-        error_type=storable(f"{kind.__module__}.{kind.__qualname__}"),
+        error_type=clipped(
+            storable(f"{kind.__module__}.{kind.__qualname__}"), ERROR_TYPE_MAX_LENGTH
+        ),
         error_message=storable(_message(exc)),
         traceback=storable("".join(tb.format_exception(exc))),
         decision=decision,

@@ -264,3 +264,12 @@ def retries_in_nan_seconds() -> None:
 @task(takes_context=True, max_attempts=1)
 def counts_past_a_bigint(context: JobContext) -> None:
     context.set_progress(2**63, None, "")
+
+
+# An exception class whose dotted path is longer than an attempt's error_type column.
+LongNamed = type("Long" + "Named" * 60 + "Error", (Exception,), {"__module__": __name__})
+
+
+@task(max_attempts=1)
+def raises_long_named() -> None:
+    raise LongNamed("its class's path is 330 characters long")
