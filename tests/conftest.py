@@ -179,6 +179,26 @@ def pg(transactional_db: None) -> None:
     assert connections["default"].vendor == "postgresql"
 
 
+@pytest.fixture
+def job_check(pg: None) -> Iterator[Callable[[str], str]]:
+    """Add a CHECK constraint to the job table, as a DBA might; its name. Dropped after."""
+    added: list[str] = []
+
+    def add(condition: str) -> str:
+        name = f"dba_check_{len(added)}"
+        with connections["default"].cursor() as cursor:
+            cursor.execute(f"ALTER TABLE django_jobs_job ADD CONSTRAINT {name} CHECK ({condition})")
+        added.append(name)
+        return name
+
+    try:
+        yield add
+    finally:
+        with connections["default"].cursor() as cursor:
+            for name in added:
+                cursor.execute(f"ALTER TABLE django_jobs_job DROP CONSTRAINT {name}")
+
+
 def backend_settings(**options: Any) -> dict[str, Any]:
     """``TASKS`` with one JobsBackend, ``default``, on queue ``default``, with these OPTIONS."""
     return {

@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -225,25 +225,13 @@ def test_completer__an_abandoned_attempt_is_written_once_from_its_held_report(
     assert len(setup.running) == 0
 
 
-@pytest.fixture
-def results_capped(pg: None) -> Iterator[str]:
-    """A constraint a DBA added: results of at most 100 bytes, below MAX_RESULT_BYTES."""
-    name = "results_capped"
-    with connections["default"].cursor() as cursor:
-        cursor.execute(
-            f"ALTER TABLE django_jobs_job ADD CONSTRAINT {name} "
-            "CHECK (octet_length(result::text) <= 100)"
-        )
-    try:
-        yield name
-    finally:
-        with connections["default"].cursor() as cursor:
-            cursor.execute(f"ALTER TABLE django_jobs_job DROP CONSTRAINT {name}")
+RESULTS_CAPPED = "octet_length(result::text) <= 100"  # below MAX_RESULT_BYTES
 
 
 def test_completer__a_report_the_database_refuses_fails_its_job_and_holds_no_other(
-    setup: Setup, results_capped: str, caplog: pytest.LogCaptureFixture
+    setup: Setup, job_check: Callable[[str], str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    capped = job_check(RESULTS_CAPPED)
     for n in range(3):
         tasks.add.enqueue(n, n)
     before, refused, after = setup.claim(3)
@@ -261,14 +249,15 @@ def test_completer__a_report_the_database_refuses_fails_its_job_and_holds_no_oth
         (JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED),
     ]
     assert (job.result, attempt.error_type) == (None, "django_jobs.exceptions.ReportRefusedError")
-    assert f'violates check constraint "{results_capped}"' in attempt.error_message
+    assert f'violates check constraint "{capped}"' in attempt.error_message
     assert "The attempt ended succeeded; what it reported is not stored." in job.last_error
     assert (setup.completer.pending, len(setup.running)) == (0, 0)
 
 
 def test_completer__a_batch_written_after_a_refused_one_is_one_engine_call_again(
-    setup: Setup, results_capped: str
+    setup: Setup, job_check: Callable[[str], str]
 ) -> None:
+    job_check(RESULTS_CAPPED)
     for n in range(4):
         tasks.add.enqueue(n, n)
     refused, *rest = setup.claim(4)
@@ -279,8 +268,9 @@ def test_completer__a_batch_written_after_a_refused_one_is_one_engine_call_again
 
 
 def test_completer__a_held_report_the_database_refuses_is_written_as_a_failure(
-    setup: Setup, results_capped: str
+    setup: Setup, job_check: Callable[[str], str]
 ) -> None:
+    job_check(RESULTS_CAPPED)
     tasks.add.enqueue(1, 1)
     (claimed,) = setup.claim(1)
     setup.running.abandon((claimed.job_id, claimed.token))

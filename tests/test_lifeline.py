@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -149,6 +150,24 @@ def test_lifeline__delivers_cancel_requests_and_writes_progress(setup: Setup) ->
         3,
         "three",
     )
+
+
+def test_lifeline__progress_the_database_refuses_is_dropped_and_the_leases_kept(
+    setup: Setup, job_check: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    job_check("progress_message NOT LIKE '%password%'")
+    tasks.add.enqueue(1, 1)
+    (claimed,) = setup.claim(1)
+    attempt = setup.running.snapshot()[(claimed.job_id, claimed.token)]
+    attempt.control.set_progress(3, 10, "the password is hunter2")
+    Worker.objects.filter(id=setup.me.id).update(heartbeat_at=Now() - timedelta(seconds=60))
+    with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
+        setup.lifeline.beat()
+    job, worker = Job.objects.get(id=claimed.job_id), Worker.objects.get(id=setup.me.id)
+    assert (job.progress_done, job.progress_message) == (None, "")
+    assert timezone.now() - worker.heartbeat_at < timedelta(seconds=5)  # the lease is renewed
+    assert "The database refused the progress of 1 attempt(s) (IntegrityError" in caplog.text
+    assert setup.engine.reap() == 0
 
 
 def test_lifeline__reaps_a_dead_workers_expired_lease_and_expires_overdue_jobs(

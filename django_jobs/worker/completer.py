@@ -30,7 +30,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, DataError, IntegrityError, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from ..exceptions import ReportRefusedError
@@ -39,7 +39,7 @@ from ..retry import Decision, Verdict
 from ..states import AttemptOutcome, JobState
 from ..text import storable
 from ..values import ChildDied, Finished, Outcome, Report
-from .faults import Faults
+from .faults import REFUSED, Faults, said
 from .notifier import Ended, send_task_finished
 from .outcome_logs import log_applied, log_stale
 from .running import Key, Running, RunningAttempt
@@ -49,9 +49,6 @@ if TYPE_CHECKING:
     from ..framework import BaseTaskBackend
 
 logger = logging.getLogger("django_jobs.worker")
-
-# A value the database would not store, as opposed to a database that is down.
-REFUSED = (DataError, IntegrityError)
 
 
 def _key(outcome: Outcome) -> Key:
@@ -158,7 +155,7 @@ class Completer:
                 logger.warning(
                     "The database refused a batch of %d reports (%s); writing them one by one.",
                     len(reports),
-                    _said(exc),
+                    said(exc),
                     extra={"db": self.engine.db},
                 )
                 self._one_by_one = True
@@ -232,7 +229,7 @@ def refused(report: Report, exc: DatabaseError) -> Report:
     """
     what = report.outcome.replace("_", " ")
     error = ReportRefusedError(
-        f"The database refused to store this attempt's report ({_said(exc)}). The attempt "
+        f"The database refused to store this attempt's report ({said(exc)}). The attempt "
         f"ended {what}; what it reported is not stored. "
         "Failed for good: retry the job once the cause is fixed."
     )
@@ -250,9 +247,3 @@ def refused(report: Report, exc: DatabaseError) -> Report:
         sleep_step="",
         exception=error,
     )
-
-
-def _said(exc: DatabaseError) -> str:
-    """The error's class and first line: PostgreSQL's DETAIL would repeat the refused row."""
-    first = str(exc).strip().partition("\n")[0]
-    return f"{type(exc).__name__}: {first}"

@@ -20,9 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, DataError, IntegrityError, connections
 
 logger = logging.getLogger("django_jobs.worker")
+
+# A value the database would not store (a constraint, a trigger), as opposed
+# to a database that is down: trying the same write again fails the same way.
+REFUSED = (DataError, IntegrityError)
 
 REMIND_SECONDS = 60.0
 
@@ -99,3 +103,9 @@ class Faults:
             else:
                 self.recovered()
                 return got
+
+
+def said(exc: DatabaseError) -> str:
+    """The error's class and first line: PostgreSQL's DETAIL would repeat the refused row."""
+    first = str(exc).strip().partition("\n")[0]
+    return f"{type(exc).__name__}: {first}"

@@ -24,7 +24,7 @@ from django.db import DatabaseError, connections
 from ..conf import JobsOptions
 from ..engine.base import Engine
 from ..logging import job_fields
-from .faults import Faults
+from .faults import REFUSED, Faults, said
 from .pulse import Pulse
 from .running import Key, Running
 from .vacuum import Vacuums
@@ -85,7 +85,20 @@ class Lifeline(threading.Thread):
             for key, attempt in running.items()
             if (value := attempt.control.take_progress()) is not None
         }
-        renewed = self.engine.renew(self.worker_id, running, progress)
+        try:
+            renewed = self.engine.renew(self.worker_id, running, progress)
+        except REFUSED as exc:
+            if not progress:
+                raise
+            # Refused for good: without it, every lease would expire.
+            logger.warning(
+                "The database refused the progress of %d attempt(s) (%s); it is dropped and "
+                "their leases renewed without it.",
+                len(progress),
+                said(exc),
+                extra={"db": self.engine.db},
+            )
+            renewed = self.engine.renew(self.worker_id, running)
         for key in renewed.cancelling:
             if key in running:
                 running[key].control.request_cancel()
