@@ -125,6 +125,10 @@ class Progress:
 class Renewed:
     lost: set[tuple[uuid.UUID, int]]  # leases this worker no longer holds
     cancelling: set[tuple[uuid.UUID, int]]  # held leases whose job was asked to cancel
+    # Leases the database says this worker has held for a lease's length and
+    # it did not name, each with its attempt's id: claims that committed as
+    # their answer was lost.
+    unknown: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,6 +170,37 @@ def test_lifeline__progress_the_database_refuses_is_dropped_and_the_leases_kept(
     assert setup.engine.reap() == 0
 
 
+def test_lifeline__a_lease_whose_claim_never_reached_the_worker_is_given_back_uncounted(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks.add.enqueue(1, 1)
+    # Committed as a claim whose answer was lost: leased to this worker a
+    # lease's length ago (LEASE_SECONDS is 2), and it never heard of it.
+    (unheard,) = setup.engine.claim(setup.me, ["default"], 1)
+    Job.objects.filter(id=unheard.job_id).update(leased_at=Now() - timedelta(seconds=3))
+    with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
+        setup.lifeline.beat()
+    job, attempt = Job.objects.get(id=unheard.job_id), Attempt.objects.get(id=unheard.attempt_id)
+    assert (job.state, job.leased_by, job.attempts, job.max_attempts) == (
+        JobState.QUEUED,
+        None,
+        1,
+        4,
+    )
+    assert (attempt.outcome, attempt.error_type) == (
+        AttemptOutcome.FAILED,
+        "django_jobs.exceptions.AttemptNotStartedError",
+    )
+    assert "by a claim whose answer never reached it" in caplog.text
+
+
+def test_lifeline__a_lease_unknown_for_less_than_a_lease_is_kept(setup: Setup) -> None:
+    tasks.add.enqueue(1, 1)
+    (claimed,) = setup.engine.claim(setup.me, ["default"], 1)  # the producer starts it next
+    setup.lifeline.beat()
+    assert Job.objects.get(id=claimed.job_id).state == JobState.RUNNING
+
+
 def test_lifeline__reaps_a_dead_workers_expired_lease_and_expires_overdue_jobs(
     setup: Setup,
 ) -> None:

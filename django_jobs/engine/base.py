@@ -195,7 +195,7 @@ class Engine(ABC):
         progress: Mapping[Held, Progress] | None = None,
     ) -> Renewed:
         """Keep this worker's leases in one write; write progress; learn of loss, cancels."""
-        return leases.renew(self.db, worker_id, held, progress)
+        return leases.renew(self.db, worker_id, held, progress, self.options.LEASE_SECONDS)
 
     def reap(self, batch: int = 100) -> int:
         """Turn expired leases into ``lost`` attempts; requeue, exhaust or quarantine.

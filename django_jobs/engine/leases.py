@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, QuerySet, Value
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -84,7 +84,8 @@ def renew(
     db: str,
     worker_id: uuid.UUID,
     held: Iterable[tuple[uuid.UUID, int]],
-    progress: Mapping[tuple[uuid.UUID, int], Progress] | None = None,
+    progress: Mapping[tuple[uuid.UUID, int], Progress] | None,
+    lease_seconds: float,
 ) -> Renewed:
     """Keep this worker's leases, write throttled progress, and learn of loss and cancellation.
 
@@ -107,10 +108,36 @@ def renew(
         # Last, as the completer updates this row last too (jobs_done): the
         # two lock a job row and the worker row in the same order.
         Worker.objects.using(db).filter(id=worker_id).update(heartbeat_at=Now())
+    unknown = current.keys() - held
     return Renewed(
         lost=held - set(current),
         cancelling={key for key, state in current.items() if state == JobState.CANCELLING},
+        unknown=unheard_of(db, worker_id, unknown, lease_seconds) if unknown else {},
     )
+
+
+def unheard_of(
+    db: str, worker_id: uuid.UUID, keys: Iterable[tuple[uuid.UUID, int]], lease_seconds: float
+) -> dict[tuple[uuid.UUID, int], int]:
+    """Of these leases held by the worker and not named by it, those taken a lease ago.
+
+    A claim the worker just made is started a moment after its commit; one
+    still unknown ``lease_seconds`` later never reached it. Each comes with
+    its attempt's id, to end that attempt.
+    """
+    wanted = Q()
+    for job_id, number in keys:
+        wanted |= Q(job_id=job_id, number=number)
+    rows = (
+        Attempt.objects.using(db)
+        .filter(wanted)
+        .filter(
+            job__leased_by=worker_id,
+            job__leased_at__lt=Now() - Value(timedelta(seconds=lease_seconds)),
+        )
+        .values_list("job_id", "number", "id")
+    )
+    return {(job_id, number): attempt_id for job_id, number, attempt_id in rows}
 
 
 def write_progress(

@@ -3,8 +3,8 @@
 Every ``HEARTBEAT_SECONDS`` it renews the leases of the running attempts (also
 those whose outcome waits to be written: the job is still ours), writes the
 progress tasks set since the last beat (one write per beat, however chatty the
-task), hands cancel requests to the attempts, and notices leases the database
-no longer has. Every ``REAP_SECONDS`` it reaps expired leases of dead workers,
+task), hands cancel requests to the attempts, notices leases the database
+no longer has, and gives back those it has that this worker never heard of. Every ``REAP_SECONDS`` it reaps expired leases of dead workers,
 expires queued jobs past their deadline and sees whether a table of ours needs
 a vacuum (``vacuum.py``). It runs on a thread and a
 connection of its own so that a long claim or a slow batch of outcomes never
@@ -14,7 +14,9 @@ delays a renewal past the lease.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import socket
 import threading
 import time
 import uuid
@@ -23,7 +25,11 @@ from django.db import DatabaseError, connections
 
 from ..conf import JobsOptions
 from ..engine.base import Engine
+from ..exceptions import AttemptNotStartedError
 from ..logging import job_fields
+from ..retry import Decision, Verdict
+from ..states import AttemptOutcome
+from ..values import Report
 from .faults import REFUSED, Faults, said
 from .pulse import Pulse
 from .running import Key, Running
@@ -102,6 +108,7 @@ class Lifeline(threading.Thread):
         for key in renewed.cancelling:
             if key in running:
                 running[key].control.request_cancel()
+        self.give_back_unknown(renewed.unknown)
         for key in sorted(self.running.lose(renewed.lost)):
             claimed = running[key].claimed
             logger.warning(
@@ -117,6 +124,31 @@ class Lifeline(threading.Thread):
             self.next_reap = time.monotonic() + self.settings.REAP_SECONDS
             self.reap()
 
+    def give_back_unknown(self, unknown: dict[Key, int]) -> None:
+        """Give back the leases this worker holds in the database and never heard of.
+
+        A claim whose commit went through as the connection failed never
+        reaches the worker: its jobs stay leased to a worker that heartbeats,
+        so no reaper takes them, and they would stay ``running`` for as long
+        as it lives. ``renew`` names those held a lease's length
+        (``LEASE_SECONDS``) unknown here, past any claim about to start. Their
+        attempts never ran: back to their queue, due at once and not counted,
+        as an attempt claimed ahead and never started is.
+        """
+        if not unknown:
+            return
+        reports = [given_back(key, attempt_id) for key, attempt_id in sorted(unknown.items())]
+        done = self.engine.finish(self.worker_id, reports)
+        for report, _ in done.applied:
+            logger.warning(
+                "Job %s attempt %d was leased to this worker by a claim whose answer never "
+                "reached it (its connection failed as it committed): given back to its queue, "
+                "the attempt not counted.",
+                report.job_id,
+                report.token,
+                extra={"job_id": str(report.job_id), "attempt": report.token},
+            )
+
     def reap(self) -> None:
         """Recover the expired leases of dead workers; expire jobs past their deadline; vacuum."""
         reaped = self.engine.reap()
@@ -124,3 +156,22 @@ class Lifeline(threading.Thread):
         self.vacuums.check()
         if reaped:
             logger.warning("Reaped %d expired lease(s).", reaped)
+
+
+def given_back(key: Key, attempt_id: int) -> Report:
+    """The report of an attempt this worker was leased and never received."""
+    job_id, token = key
+    error = AttemptNotStartedError(
+        f"claimed for worker {socket.gethostname()}:{os.getpid()} by a claim whose answer "
+        "never reached it; given back to its queue"
+    )
+    kind = type(error)
+    return Report(
+        job_id=job_id,
+        token=token,
+        attempt_id=attempt_id,
+        outcome=AttemptOutcome.FAILED,
+        error_type=f"{kind.__module__}.{kind.__qualname__}",
+        error_message=str(error),
+        decision=Decision(Verdict.POSTPONE, 0.0),
+    )
