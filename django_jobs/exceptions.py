@@ -78,6 +78,11 @@ class ConfigurationError(ImproperlyConfigured):
         self.hint = hint
 
 
+def error_type(kind: type[BaseException]) -> str:
+    """How an attempt's history (and a span) names an exception's class: its dotted path."""
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 class LeaseLostError(Exception):
     """The error type of an attempt whose lease was lost: its worker died, hung or was cut off.
 

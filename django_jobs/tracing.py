@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING
 
+from .exceptions import error_type
 from .states import AttemptOutcome
 
 if TYPE_CHECKING:
@@ -65,11 +66,6 @@ def _messaging(queue: str, operation: str) -> dict[str, str]:
         "messaging.operation.name": operation,
         "messaging.operation.type": operation,
     }
-
-
-def _error_type(exc: BaseException) -> str:
-    kind = type(exc)
-    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def sending(job: Job, write: Callable[[], Job]) -> Job:
@@ -116,7 +112,7 @@ def _recording_error[T](span: Span, write: Callable[[], T]) -> T:
     try:
         return write()
     except BaseException as exc:
-        span.set_attribute("error.type", _error_type(exc))
+        span.set_attribute("error.type", error_type(type(exc)))
         raise
 
 

@@ -31,7 +31,7 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..exceptions import LeaseLostError
+from ..exceptions import LeaseLostError, error_type
 from ..logging import job_fields
 from ..metrics import record
 from ..models import Attempt, Job, Worker
@@ -259,7 +259,7 @@ def lose(db: str, jobs: Sequence[Job], reason: str, poison_after: int) -> None:
             .update(
                 outcome=AttemptOutcome.LOST,
                 finished_at=now,
-                error_type=f"{LeaseLostError.__module__}.{LeaseLostError.__qualname__}",
+                error_type=error_type(LeaseLostError),
                 error_message=reason,
             )
         )

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from ..exceptions import ReportRefusedError
+from ..exceptions import ReportRefusedError, error_type
 from ..metrics import record
 from ..retry import Decision, Verdict
 from ..states import AttemptOutcome, JobState
@@ -233,12 +233,11 @@ def refused(report: Report, exc: DatabaseError) -> Report:
         f"ended {what}; what it reported is not stored. "
         "Failed for good: retry the job once the cause is fixed."
     )
-    kind = type(error)
     return dataclasses.replace(
         report,
         outcome=AttemptOutcome.FAILED,
         result=None,
-        error_type=f"{kind.__module__}.{kind.__qualname__}",
+        error_type=error_type(type(error)),
         error_message=storable(str(error)),
         traceback="",
         decision=Decision(Verdict.GIVE_UP),

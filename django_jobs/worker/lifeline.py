@@ -4,9 +4,10 @@ Every ``HEARTBEAT_SECONDS`` it renews the leases of the running attempts (also
 those whose outcome waits to be written: the job is still ours), writes the
 progress tasks set since the last beat (one write per beat, however chatty the
 task), hands cancel requests to the attempts, notices leases the database
-no longer has, and gives back those it has that this worker never heard of. Every ``REAP_SECONDS`` it reaps expired leases of dead workers,
-expires queued jobs past their deadline and sees whether a table of ours needs
-a vacuum (``vacuum.py``). It runs on a thread and a
+no longer has, and gives back those it has that this worker never heard of.
+Every ``REAP_SECONDS`` it reaps expired leases of dead workers, expires
+queued jobs past their deadline and sees whether a table of ours needs a
+vacuum (``vacuum.py``). It runs on a thread and a
 connection of its own so that a long claim or a slow batch of outcomes never
 delays a renewal past the lease.
 """
@@ -25,7 +26,7 @@ from django.db import DatabaseError, connections
 
 from ..conf import JobsOptions
 from ..engine.base import Engine
-from ..exceptions import AttemptNotStartedError
+from ..exceptions import AttemptNotStartedError, error_type
 from ..logging import job_fields
 from ..retry import Decision, Verdict
 from ..states import AttemptOutcome
@@ -165,13 +166,12 @@ def given_back(key: Key, attempt_id: int) -> Report:
         f"claimed for worker {socket.gethostname()}:{os.getpid()} by a claim whose answer "
         "never reached it; given back to its queue"
     )
-    kind = type(error)
     return Report(
         job_id=job_id,
         token=token,
         attempt_id=attempt_id,
         outcome=AttemptOutcome.FAILED,
-        error_type=f"{kind.__module__}.{kind.__qualname__}",
+        error_type=error_type(type(error)),
         error_message=str(error),
         decision=Decision(Verdict.POSTPONE, 0.0),
     )

@@ -34,6 +34,7 @@ from ..exceptions import (
     StaleAttemptError,
     StepError,
     UnknownTaskError,
+    error_type,
 )
 from ..framework import task_started
 from ..models import ERROR_TYPE_MAX_LENGTH
@@ -256,15 +257,12 @@ def _failure(
     decision: Decision,
     control: AttemptControl | None = None,
 ) -> Report:
-    kind = type(exc)
     return Report(
         job_id=claimed.job_id,
         token=claimed.token,
         attempt_id=claimed.attempt_id,
         outcome=outcome,
-        error_type=clipped(
-            storable(f"{kind.__module__}.{kind.__qualname__}"), ERROR_TYPE_MAX_LENGTH
-        ),
+        error_type=clipped(storable(error_type(type(exc))), ERROR_TYPE_MAX_LENGTH),
         error_message=storable(_message(exc)),
         traceback=storable("".join(tb.format_exception(exc))),
         decision=decision,
