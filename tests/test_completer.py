@@ -254,6 +254,23 @@ def test_completer__a_report_the_database_refuses_fails_its_job_and_holds_no_oth
     assert (setup.completer.pending, len(setup.running)) == (0, 0)
 
 
+def test_completer__a_report_refused_even_as_a_failure_stays_to_be_written_and_its_row_unlogged(
+    setup: Setup, job_check: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    job_check(RESULTS_CAPPED)
+    job_check("state <> 'failed'")  # nor may a job fail
+    tasks.echo.enqueue("a secret argument")
+    (claimed,) = setup.claim(1)
+    large = dataclasses.replace(report(claimed, AttemptOutcome.SUCCEEDED), result="x" * 200)
+    with caplog.at_level(logging.DEBUG, logger="django_jobs.worker"):
+        written = setup.write(large)
+    assert written == []
+    assert state(claimed) == (JobState.RUNNING, AttemptOutcome.RUNNING)
+    assert setup.completer.pending == 1
+    assert 'violates check constraint "dba_check_1"' in caplog.text
+    assert "secret" not in caplog.text
+
+
 def test_completer__a_batch_written_after_a_refused_one_is_one_engine_call_again(
     setup: Setup, job_check: Callable[[str], str]
 ) -> None:

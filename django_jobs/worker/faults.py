@@ -60,7 +60,9 @@ class Faults:
                 text += "during %s (%s); retrying."
             else:
                 level, text = logging.DEBUG, "Database unavailable during %s (%s); retrying."
-        logger.log(level, text, what, exc, extra={"db": self.db})
+        # A refusal's DETAIL would repeat the refused row (arguments, results) in the log.
+        why = said(exc) if isinstance(exc, REFUSED) else exc
+        logger.log(level, text, what, why, extra={"db": self.db})
         with contextlib.suppress(DatabaseError):
             connections[self.db].close()
 
@@ -105,7 +107,7 @@ class Faults:
                 return got
 
 
-def said(exc: DatabaseError) -> str:
+def said(exc: BaseException) -> str:
     """The error's class and first line: PostgreSQL's DETAIL would repeat the refused row."""
     first = str(exc).strip().partition("\n")[0]
     return f"{type(exc).__name__}: {first}"
