@@ -319,6 +319,20 @@ def test_renew__stamps_the_worker_and_reports_lost_leases(alias: str) -> None:
     assert Worker.objects.using(alias).get(id=ME.id).heartbeat_at > before
 
 
+def test_renew__names_leases_held_a_lease_long_that_the_worker_did_not_name(
+    alias: str,
+) -> None:
+    engine = engine_for(alias)
+    unheard, fresh, named = (make_job(alias) for _ in range(3))
+    claimed = {c.job_id: c for c in engine.claim(ME, QUEUES, 10)}
+    Job.objects.using(alias).filter(id__in=[unheard.id, named.id]).update(
+        leased_at=timezone.now() - timedelta(seconds=60)
+    )
+    renewed = engine.renew(ME.id, [(named.id, 1)])
+    assert renewed.unknown == {(unheard.id, 1): claimed[unheard.id].attempt_id}
+    assert fresh.id in claimed  # leased just now: a claim the worker is about to start
+
+
 def test_reap__takes_the_jobs_of_a_silent_worker_and_never_a_live_ones(alias: str) -> None:
     silent = WorkerIdentity(uuid.uuid4(), "silent:1")
     stopped = WorkerIdentity(uuid.uuid4(), "stopped:1")
