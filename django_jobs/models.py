@@ -300,6 +300,9 @@ class Batch(models.Model):
 
 # An exception's dotted path, as an attempt records it; a longer one is clipped.
 ERROR_TYPE_MAX_LENGTH = 255
+# The most of an error message, and of a traceback, an attempt keeps: a task
+# can raise with a whole response body in its message.
+ERROR_TEXT_MAX_LENGTH = 65_536
 
 
 class Attempt(models.Model):

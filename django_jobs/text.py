@@ -41,3 +41,20 @@ def clipped(text: str, limit: int) -> str:
     longer value failed the write of the worker's whole batch of outcomes.
     """
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def middle_clipped(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters by dropping its middle, saying how much.
+
+    For a traceback: its beginning names where the work started, its end the
+    innermost frames and the exception.
+    """
+    if len(text) <= limit:
+        return text
+
+    def marker(count: int) -> str:
+        return f"\n[… {count:,} characters cut …]\n"
+
+    keep = limit - len(marker(len(text)))  # the longest the count can be
+    head, tail = keep - keep // 2, keep // 2
+    return text[:head] + marker(len(text) - keep) + text[len(text) - tail :]

@@ -24,6 +24,7 @@ from django.utils import timezone
 from django_jobs import AttemptOutcome
 from django_jobs.attempt import AttemptControl
 from django_jobs.backend import jobs_backend
+from django_jobs.models import ERROR_TEXT_MAX_LENGTH
 from django_jobs.retry import Verdict
 from django_jobs.values import ChildDied, Claimed, Outcome, Report
 from django_jobs.worker.executor import Executor, JobThreads
@@ -159,6 +160,19 @@ def test_executor__a_failure_carries_the_retry_policys_decision(harness: Harness
     assert 0 < first.decision.delay <= 0.5  # the fast backend's backoff cap
     assert last.decision is not None and last.decision.verdict is Verdict.EXHAUSTED
     assert given_up.decision is not None and given_up.decision.verdict is Verdict.GIVE_UP
+
+
+def test_executor__a_failures_message_and_traceback_are_kept_to_their_bound(
+    harness: Harness,
+) -> None:
+    message = "declined: " + "the partner's whole response body " * 5_000  # 170,010 characters
+    outcome = run(harness, claim_of(tasks.always_fails, message))
+    assert isinstance(outcome, Report)
+    assert outcome.error_message == message[: ERROR_TEXT_MAX_LENGTH - 1] + "…"
+    assert len(outcome.traceback) == ERROR_TEXT_MAX_LENGTH
+    assert outcome.traceback.startswith("Traceback (most recent call last):")
+    assert "characters cut …]" in outcome.traceback
+    assert outcome.traceback.endswith("the partner's whole response body \n")
 
 
 def test_executor__an_unknown_task_is_not_run_and_is_postponed_within_its_grace(

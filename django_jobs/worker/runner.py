@@ -37,7 +37,7 @@ from ..exceptions import (
     error_type,
 )
 from ..framework import task_started
-from ..models import ERROR_TYPE_MAX_LENGTH
+from ..models import ERROR_TEXT_MAX_LENGTH, ERROR_TYPE_MAX_LENGTH
 from ..payload import check_result
 from ..results import JobResult
 from ..retry import Decision, Verdict, unknown_task_decision
@@ -45,7 +45,7 @@ from ..signals import receiver_failed, send_each
 from ..states import AttemptOutcome, JobState, django_status
 from ..steps import Steps
 from ..tasks import JobContext
-from ..text import clipped, storable
+from ..text import clipped, middle_clipped, storable
 from ..values import Claimed, Report
 
 if TYPE_CHECKING:
@@ -263,8 +263,10 @@ def _failure(
         attempt_id=claimed.attempt_id,
         outcome=outcome,
         error_type=clipped(storable(error_type(type(exc))), ERROR_TYPE_MAX_LENGTH),
-        error_message=storable(_message(exc)),
-        traceback=storable("".join(tb.format_exception(exc))),
+        error_message=clipped(storable(_message(exc)), ERROR_TEXT_MAX_LENGTH),
+        traceback=middle_clipped(
+            storable("".join(tb.format_exception(exc))), ERROR_TEXT_MAX_LENGTH
+        ),
         decision=decision,
         progress=control.take_progress() if control is not None else None,
         exception=exc,
