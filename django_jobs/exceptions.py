@@ -200,12 +200,14 @@ class LockedRowChangedError(RuntimeError):
 
 
 class AttemptNotStartedError(Exception):
-    """An attempt claimed ahead went back to its queue before a job thread took it.
+    """An attempt went back to its queue before a job thread took it.
 
     A worker claims a waiting attempt for each job thread while its jobs are
     short (``PREFETCH``, docs/workers.md); one that still waits a second later
     is given back, due at once, and recorded with this on its attempt, which is
-    not counted against ``max_attempts``. It was never raised in a task.
+    not counted against ``max_attempts``. So is an attempt whose claim
+    committed as the worker's connection failed, so that the worker never
+    received it (its heartbeat gives it back). It was never raised in a task.
     """
 
 
