@@ -228,6 +228,11 @@ def test_completer__an_abandoned_attempt_is_written_once_from_its_held_report(
 RESULTS_CAPPED = "octet_length(result::text) <= 100"  # below MAX_RESULT_BYTES
 
 
+def capped_out(claimed: Claimed) -> Report:
+    """A success whose result RESULTS_CAPPED refuses."""
+    return dataclasses.replace(report(claimed, AttemptOutcome.SUCCEEDED), result="x" * 200)
+
+
 def test_completer__a_report_the_database_refuses_fails_its_job_and_holds_no_other(
     setup: Setup, job_check: Callable[[str], str], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -235,10 +240,11 @@ def test_completer__a_report_the_database_refuses_fails_its_job_and_holds_no_oth
     for n in range(3):
         tasks.add.enqueue(n, n)
     before, refused, after = setup.claim(3)
-    large = dataclasses.replace(report(refused, AttemptOutcome.SUCCEEDED), result="x" * 200)
     with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
         written = setup.write(
-            report(before, AttemptOutcome.SUCCEEDED), large, report(after, AttemptOutcome.SUCCEEDED)
+            report(before, AttemptOutcome.SUCCEEDED),
+            capped_out(refused),
+            report(after, AttemptOutcome.SUCCEEDED),
         )
     job, attempt = Job.objects.get(id=refused.job_id), Attempt.objects.get(id=refused.attempt_id)
     assert written == ["claimed"]
@@ -261,9 +267,8 @@ def test_completer__a_report_refused_even_as_a_failure_stays_to_be_written_and_i
     job_check("state <> 'failed'")  # nor may a job fail
     tasks.echo.enqueue("a secret argument")
     (claimed,) = setup.claim(1)
-    large = dataclasses.replace(report(claimed, AttemptOutcome.SUCCEEDED), result="x" * 200)
     with caplog.at_level(logging.DEBUG, logger="django_jobs.worker"):
-        written = setup.write(large)
+        written = setup.write(capped_out(claimed))
     assert written == []
     assert state(claimed) == (JobState.RUNNING, AttemptOutcome.RUNNING)
     assert setup.completer.pending == 1
@@ -278,7 +283,7 @@ def test_completer__a_batch_written_after_a_refused_one_is_one_engine_call_again
     for n in range(4):
         tasks.add.enqueue(n, n)
     refused, *rest = setup.claim(4)
-    setup.write(dataclasses.replace(report(refused, AttemptOutcome.SUCCEEDED), result="x" * 200))
+    setup.write(capped_out(refused))
     setup.engine.calls.clear()
     setup.write(*(report(c, AttemptOutcome.SUCCEEDED) for c in rest))
     assert setup.engine.calls == [("finish", [(c.job_id, c.token) for c in rest])]
@@ -291,9 +296,7 @@ def test_completer__a_held_report_the_database_refuses_is_written_as_a_failure(
     tasks.add.enqueue(1, 1)
     (claimed,) = setup.claim(1)
     setup.running.abandon((claimed.job_id, claimed.token))
-    setup.completer.hold(
-        dataclasses.replace(report(claimed, AttemptOutcome.SUCCEEDED), result="x" * 200)
-    )
+    setup.completer.hold(capped_out(claimed))
     setup.completer.write_held()
     attempt = Attempt.objects.get(id=claimed.attempt_id)
     assert state(claimed) == (JobState.FAILED, AttemptOutcome.FAILED)
