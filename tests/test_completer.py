@@ -272,7 +272,10 @@ def test_completer__a_report_refused_even_as_a_failure_stays_to_be_written_and_i
     assert written == []
     assert state(claimed) == (JobState.RUNNING, AttemptOutcome.RUNNING)
     assert setup.completer.pending == 1
-    assert 'violates check constraint "dba_check_1"' in caplog.text
+    assert (
+        "Database refusing a write during report and claim (IntegrityError: new row for relation "
+        '"django_jobs_job" violates check constraint "dba_check_1"); retrying.'
+    ) in caplog.text
     assert "secret" not in caplog.text
 
 

@@ -48,20 +48,23 @@ class Faults:
     def note(self, what: str, exc: BaseException) -> None:
         """Note the fault and drop this thread's connection, without waiting."""
         now = time.monotonic()
+        # A refusal (a constraint, a trigger) is no outage: said as what it is,
+        # by its first line, since its DETAIL would repeat the refused row.
+        refused = isinstance(exc, REFUSED)
+        how = "refusing a write" if refused else "unavailable"
+        why = said(exc) if refused else exc
         with self._lock:
             self._tries += 1
             if self._down_since is None:
                 self._down_since = self._reminded = now
-                level, text = logging.WARNING, "Database unavailable during %s (%s); retrying."
+                level, text = logging.WARNING, f"Database {how} during %s (%s); retrying."
             elif now - self._reminded >= REMIND_SECONDS:
                 self._reminded = now
                 level = logging.WARNING
-                text = f"Database still unavailable after {now - self._down_since:.0f}s, "
+                text = f"Database still {how} after {now - self._down_since:.0f}s, "
                 text += "during %s (%s); retrying."
             else:
-                level, text = logging.DEBUG, "Database unavailable during %s (%s); retrying."
-        # A refusal's DETAIL would repeat the refused row (arguments, results) in the log.
-        why = said(exc) if isinstance(exc, REFUSED) else exc
+                level, text = logging.DEBUG, f"Database {how} during %s (%s); retrying."
         logger.log(level, text, what, why, extra={"db": self.db})
         with contextlib.suppress(DatabaseError):
             connections[self.db].close()
