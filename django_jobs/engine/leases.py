@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value
+from django.db.models import Exists, F, OuterRef, QuerySet, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -123,15 +123,13 @@ def unheard_of(
 
     A claim the worker just made is started a moment after its commit; one
     still unknown ``lease_seconds`` later never reached it. Each comes with
-    its attempt's id, to end that attempt.
+    its attempt's id (the job's current attempt), to end that attempt.
     """
-    wanted = Q()
-    for job_id, number in keys:
-        wanted |= Q(job_id=job_id, number=number)
     rows = (
         Attempt.objects.using(db)
-        .filter(wanted)
         .filter(
+            job_id__in=[job_id for job_id, _ in keys],
+            number=F("job__attempts"),
             job__leased_by=worker_id,
             job__leased_at__lt=Now() - Value(timedelta(seconds=lease_seconds)),
         )
