@@ -8,11 +8,13 @@ once.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC
 from typing import Any, NamedTuple
 
 import psycopg
 import pytest
 from django.db import connections, transaction
+from django.test import override_settings
 from psycopg.types.json import Jsonb
 
 from django_jobs import enqueue_many
@@ -292,6 +294,23 @@ def test_claim__of_more_than_sixteen_takes_exactly_the_limit_or_what_is_queued(
     got = engine_for(DB, rules).claim(ME, QUEUES, 63)
 
     assert (len(got), len({c.job_id for c in got})) == (claimed, claimed)
+
+
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_claim__prepared_reads_each_timestamp_as_django_reads_it(pg: None, use_tz: bool) -> None:
+    """Under USE_TZ the claim loads timestamps with psycopg's own loader: Django's values."""
+    rules = JobsOptions.from_mapping("default", {"PREPARE_STATEMENTS": True})
+    with override_settings(USE_TZ=use_tz):
+        connections[DB].close()  # a session, and its kept cursors, in this zone
+        make_job(DB)
+
+        (claimed,) = engine_for(DB, rules).claim(ME, QUEUES, 1)
+
+        read = Job.objects.values_list("enqueued_at", "started_at").get(id=claimed.job_id)
+        zones = [at.tzinfo for at in (claimed.enqueued_at, claimed.started_at, *read)]
+    connections[DB].close()
+    assert ((claimed.enqueued_at, claimed.started_at), zones) == (read, [read[0].tzinfo] * 4)
+    assert (read[0].tzinfo is UTC) is use_tz
 
 
 def test_claim__a_worker_prepares_one_claim_per_size_of_a_bounded_set(pg: None) -> None:
