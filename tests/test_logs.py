@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from django.db import OperationalError
+from django.db import IntegrityError, OperationalError
 from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState
@@ -174,3 +174,27 @@ def test_faults__an_outage_is_logged_once_and_its_end_with_how_long_it_took(
     assert messages[1].startswith("Database available again after ")
     assert messages[1].endswith("s (2 failed tries).")
     assert len(messages) == 2
+
+
+@pytest.mark.parametrize(
+    ("errors", "end"),
+    [
+        ([IntegrityError("a check constraint")], "Database accepting the refused write after "),
+        (
+            [IntegrityError("a check constraint"), OperationalError("connection refused")],
+            "Database available again after ",
+        ),
+    ],
+)
+def test_faults__the_end_of_refused_writes_is_not_said_as_the_database_back(
+    caplog: pytest.LogCaptureFixture, pg: None, errors: list[Exception], end: str
+) -> None:
+    """A database that answered all along only refused: it was never unavailable."""
+    faults = Faults("default", stopping=threading.Event())
+
+    with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
+        for error in errors:
+            faults.note("report and claim", error)
+        faults.recovered()
+
+    assert caplog.records[-1].getMessage().startswith(end)

@@ -6,7 +6,9 @@ cut short when the worker stops.
 
 An outage is logged as one, not once per try: a WARNING when it starts, a
 reminder every ``REMIND_SECONDS`` while it lasts, and a WARNING when a step
-gets through again, with how long it took (the tries in between are DEBUG).
+gets through again, with how long it took (the tries in between are DEBUG). A
+write the database refuses (a constraint, a trigger) is said as a refusal, and
+its end as the write accepted, not as the database available again.
 The claim loop and the heartbeat thread share one ``Faults``, so a process
 reports each outage once.
 """
@@ -39,6 +41,7 @@ class Faults:
         self._down_since: float | None = None  # monotonic start of the current outage
         self._reminded = 0.0
         self._tries = 0
+        self._outage = False  # whether the current run of faults had one that was no refusal
 
     def fault(self, what: str, exc: BaseException) -> None:
         """Note the fault, drop the connection, and wait a little before the next try."""
@@ -55,6 +58,7 @@ class Faults:
         why = said(exc) if refused else exc
         with self._lock:
             self._tries += 1
+            self._outage |= not refused
             if self._down_since is None:
                 self._down_since = self._reminded = now
                 level, text = logging.WARNING, f"Database {how} during %s (%s); retrying."
@@ -70,16 +74,17 @@ class Faults:
             connections[self.db].close()
 
     def recovered(self) -> None:
-        """A step got through: if the database was down, say it is back and after how long."""
+        """A step got through: if it had failed, say the database is back and after how long."""
         if self._down_since is None:  # the common case, without taking the lock
             return
         with self._lock:
             if self._down_since is None:
                 return
             lasted, tries = time.monotonic() - self._down_since, self._tries
-            self._down_since, self._tries = None, 0
+            back = "available again" if self._outage else "accepting the refused write"
+            self._down_since, self._tries, self._outage = None, 0, False
         logger.warning(
-            "Database available again after %.1fs (%d failed tries).",
+            f"Database {back} after %.1fs (%d failed tries).",
             lasted,
             tries,
             extra={"db": self.db, "outage_seconds": round(lasted, 3)},
