@@ -126,9 +126,17 @@ class Renewed:
     lost: set[tuple[uuid.UUID, int]]  # leases this worker no longer holds
     cancelling: set[tuple[uuid.UUID, int]]  # held leases whose job was asked to cancel
     # Leases the database says this worker has held for a lease's length and
-    # it did not name, each with its attempt's id: claims that committed as
-    # their answer was lost.
-    unknown: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
+    # it did not name: claims that committed as their answer was lost.
+    unknown: dict[tuple[uuid.UUID, int], Unheard] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Unheard:
+    """A lease its worker never heard of: its attempt to end, and the job's names to log."""
+
+    attempt_id: int
+    task_name: str
+    queue: str
 
 
 @dataclass(frozen=True, slots=True)

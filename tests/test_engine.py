@@ -34,7 +34,7 @@ from django_jobs.models import (
 )
 from django_jobs.retry import Decision, Verdict
 from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState, Transition
-from django_jobs.values import Progress, Report, StepWrite, WorkerIdentity
+from django_jobs.values import Progress, Report, StepWrite, Unheard, WorkerIdentity
 from django_jobs.verbs import VERBS
 
 # Every test takes ``alias`` (tests/conftest.py): it runs on both engines.
@@ -329,7 +329,11 @@ def test_renew__names_leases_held_a_lease_long_that_the_worker_did_not_name(
         leased_at=timezone.now() - timedelta(seconds=60)
     )
     renewed = engine.renew(ME.id, [(named.id, 1)])
-    assert renewed.unknown == {(unheard.id, 1): claimed[unheard.id].attempt_id}
+    assert renewed.unknown == {
+        (unheard.id, 1): Unheard(
+            claimed[unheard.id].attempt_id, "tests.testapp.tasks.add", "default"
+        )
+    }
     assert fresh.id in claimed  # leased just now: a claim the worker is about to start
 
 

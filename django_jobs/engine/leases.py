@@ -37,7 +37,7 @@ from ..metrics import record
 from ..models import Attempt, Job, Worker
 from ..signals import send_on_commit
 from ..states import LEASED_STATES, TRANSITIONS, AttemptOutcome, JobState, Transition
-from ..values import Progress, Renewed
+from ..values import Progress, Renewed, Unheard
 from . import batches
 from .guards import sources, target
 from .operator import audit
@@ -118,12 +118,13 @@ def renew(
 
 def unheard_of(
     db: str, worker_id: uuid.UUID, keys: Iterable[tuple[uuid.UUID, int]], lease_seconds: float
-) -> dict[tuple[uuid.UUID, int], int]:
+) -> dict[tuple[uuid.UUID, int], Unheard]:
     """Of these leases held by the worker and not named by it, those taken a lease ago.
 
     A claim the worker just made is started a moment after its commit; one
     still unknown ``lease_seconds`` later never reached it. Each comes with
-    its attempt's id (the job's current attempt), to end that attempt.
+    its attempt's id (the job's current attempt), to end that attempt, and
+    its job's task and queue, to say which it was.
     """
     rows = (
         Attempt.objects.using(db)
@@ -133,9 +134,12 @@ def unheard_of(
             job__leased_by=worker_id,
             job__leased_at__lt=Now() - Value(timedelta(seconds=lease_seconds)),
         )
-        .values_list("job_id", "number", "id")
+        .values_list("job_id", "number", "id", "job__task_name", "job__queue")
     )
-    return {(job_id, number): attempt_id for job_id, number, attempt_id in rows}
+    return {
+        (job_id, number): Unheard(attempt_id, task_name, queue)
+        for job_id, number, attempt_id, task_name, queue in rows
+    }
 
 
 def write_progress(

@@ -30,7 +30,7 @@ from ..exceptions import AttemptNotStartedError, error_type
 from ..logging import job_fields
 from ..retry import Decision, Verdict
 from ..states import AttemptOutcome
-from ..values import Report
+from ..values import Report, Unheard
 from .faults import REFUSED, Faults, said
 from .pulse import Pulse
 from .running import Key, Running
@@ -125,7 +125,7 @@ class Lifeline(threading.Thread):
             self.next_reap = time.monotonic() + self.settings.REAP_SECONDS
             self.reap()
 
-    def give_back_unknown(self, unknown: dict[Key, int]) -> None:
+    def give_back_unknown(self, unknown: dict[Key, Unheard]) -> None:
         """Give back the leases this worker holds in the database and never heard of.
 
         A claim whose commit went through as the connection failed never
@@ -138,16 +138,19 @@ class Lifeline(threading.Thread):
         """
         if not unknown:
             return
-        reports = [given_back(key, attempt_id) for key, attempt_id in sorted(unknown.items())]
+        reports = [given_back(key, unheard.attempt_id) for key, unheard in sorted(unknown.items())]
         done = self.engine.finish(self.worker_id, reports)
         for report, _ in done.applied:
+            unheard = unknown[report.job_id, report.token]
             logger.warning(
-                "Job %s attempt %d was leased to this worker by a claim whose answer never "
-                "reached it (its connection failed as it committed): given back to its queue, "
-                "the attempt not counted.",
+                "Job %s (%s, queue %s) attempt %d was leased to this worker by a claim whose "
+                "answer never reached it (its connection failed as it committed): given back "
+                "to its queue, the attempt not counted.",
                 report.job_id,
+                unheard.task_name,
+                unheard.queue,
                 report.token,
-                extra={"job_id": str(report.job_id), "attempt": report.token},
+                extra=job_fields(report.job_id, unheard.task_name, unheard.queue, report.token),
             )
 
     def reap(self) -> None:
