@@ -50,6 +50,16 @@ def ensure_database() -> None:
     call_command("migrate", verbosity=0)
 
 
+def no_jobs() -> None:
+    """Django set up on the benchmark settings, the database made and migrated, and no job in it."""
+    setup_django()
+    ensure_database()
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE django_jobs_job CASCADE")
+
+
 def queue_jobs(count: int, sleep: float = 0.0) -> None:
     from django.db import connection, transaction
 

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks import pg
-from benchmarks.drain import ensure_database, setup_django
+from benchmarks.drain import no_jobs
 
 PGQUEUER_DB = "bench_enqueue_floor_pgqueuer"
 
@@ -147,13 +147,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3000, help="timed calls per case")
     parser.add_argument("--run", type=int, default=100, help="calls of a case in a row")
     options = parser.parse_args()
-    setup_django()
-    ensure_database()
+    no_jobs()
     import psycopg
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE django_jobs_job CASCADE")
     dsn = pg.dsn(connection.settings_dict["NAME"])
     with (
         psycopg.connect(dsn) as conn,

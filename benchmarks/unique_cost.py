@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from benchmarks.drain import ensure_database, setup_django
+from benchmarks.drain import no_jobs
 
 
 def cases() -> dict[str, Callable[[int], object]]:
@@ -43,12 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=2000, help="timed calls per case")
     options = parser.parse_args()
-    setup_django()
-    ensure_database()
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE django_jobs_job CASCADE")
+    no_jobs()
     timed = cases()
     for call in timed.values():  # warm up: statements compiled, the live keys' jobs written
         for n in range(-50, 0):

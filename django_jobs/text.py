@@ -15,10 +15,10 @@ from __future__ import annotations
 
 def unstorable(text: str) -> str | None:
     """What keeps ``text`` out of PostgreSQL, said for a message; None if nothing does."""
-    if text.isascii():
-        return "a NUL character (\\x00)" if "\x00" in text else None
     if "\x00" in text:
         return "a NUL character (\\x00)"
+    if text.isascii():
+        return None
     try:
         text.encode()
     except UnicodeEncodeError as exc:

@@ -15,9 +15,7 @@ delays a renewal past the lease.
 from __future__ import annotations
 
 import logging
-import os
 import random
-import socket
 import threading
 import time
 import uuid
@@ -26,13 +24,11 @@ from django.db import DatabaseError, connections
 
 from ..conf import JobsOptions
 from ..engine.base import Engine
-from ..exceptions import AttemptNotStartedError, error_type
 from ..logging import job_fields
-from ..retry import Decision, Verdict
-from ..states import AttemptOutcome
-from ..values import Report, Unheard
+from ..values import Unheard
 from .faults import REFUSED, Faults, said
 from .pulse import Pulse
+from .runner import given_back, this_worker
 from .running import Key, Running
 from .vacuum import Vacuums
 
@@ -138,7 +134,14 @@ class Lifeline(threading.Thread):
         """
         if not unknown:
             return
-        reports = [given_back(key, unheard.attempt_id) for key, unheard in sorted(unknown.items())]
+        reports = [
+            given_back(
+                key,
+                unheard.attempt_id,
+                f"claimed for {this_worker()} by a claim whose answer never reached it",
+            )
+            for key, unheard in sorted(unknown.items())
+        ]
         done = self.engine.finish(self.worker_id, reports)
         for report, _ in done.applied:
             unheard = unknown[report.job_id, report.token]
@@ -160,21 +163,3 @@ class Lifeline(threading.Thread):
         self.vacuums.check()
         if reaped:
             logger.warning("Reaped %d expired lease(s).", reaped)
-
-
-def given_back(key: Key, attempt_id: int) -> Report:
-    """The report of an attempt this worker was leased and never received."""
-    job_id, token = key
-    error = AttemptNotStartedError(
-        f"claimed for worker {socket.gethostname()}:{os.getpid()} by a claim whose answer "
-        "never reached it; given back to its queue"
-    )
-    return Report(
-        job_id=job_id,
-        token=token,
-        attempt_id=attempt_id,
-        outcome=AttemptOutcome.FAILED,
-        error_type=error_type(type(error)),
-        error_message=str(error),
-        decision=Decision(Verdict.POSTPONE, 0.0),
-    )

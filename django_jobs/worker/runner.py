@@ -46,7 +46,7 @@ from ..states import AttemptOutcome, JobState, django_status
 from ..steps import Steps
 from ..tasks import JobContext
 from ..text import clipped, middle_clipped, storable
-from ..values import Claimed, Report
+from ..values import Claimed, Progress, Report
 
 if TYPE_CHECKING:
     from ..backend import JobsBackend
@@ -160,7 +160,7 @@ class TaskRunner:
         waited = (timezone.now() - claimed.enqueued_at).total_seconds()
         backoff = self.backend.retry_policy(None, claimed.max_attempts).backoff
         decision = unknown_task_decision(waited, grace, backoff, claimed.token)
-        where = f"worker {socket.gethostname()}:{os.getpid()}"
+        where = this_worker()
         if decision.verdict is Verdict.POSTPONE:
             message = (
                 f"No task named {claimed.task_name!r} is registered in {where}; postponed "
@@ -176,16 +176,13 @@ class TaskRunner:
         return _failure(claimed, AttemptOutcome.FAILED, UnknownTaskError(message), decision)
 
     def not_started(self, claimed: Claimed, waited: float) -> Report:
-        """How an attempt claimed ahead and given back unstarted is recorded: not counted.
-
-        It is postponed by nothing, as a job whose task this worker lacks is
-        postponed: due at once for any worker, its attempt back in the budget.
-        """
-        exc = AttemptNotStartedError(
-            f"claimed ahead by worker {socket.gethostname()}:{os.getpid()} and not started "
-            f"within {waited:.1f}s, every job thread being busy; given back to its queue"
+        """How an attempt claimed ahead and given back unstarted is recorded: not counted."""
+        return given_back(
+            (claimed.job_id, claimed.token),
+            claimed.attempt_id,
+            f"claimed ahead by {this_worker()} and not started within {waited:.1f}s, every "
+            "job thread being busy",
         )
-        return _failure(claimed, AttemptOutcome.FAILED, exc, Decision(Verdict.POSTPONE, 0.0))
 
     def broken(self, claimed: Claimed, control: AttemptControl, exc: Exception) -> Report:
         """How an attempt is recorded when something around the task call raised.
@@ -250,6 +247,22 @@ class TaskRunner:
         )
 
 
+def this_worker() -> str:
+    """This worker process, as its messages name it: the host and pid it registers under."""
+    return f"worker {socket.gethostname()}:{os.getpid()}"
+
+
+def given_back(key: tuple[uuid.UUID, int], attempt_id: int, how: str) -> Report:
+    """How an attempt given back to its queue without starting is recorded: not counted.
+
+    ``how`` says why it never started. It is postponed by nothing, as a job
+    whose task this worker lacks is postponed: due at once for any worker,
+    its attempt back in the budget.
+    """
+    exc = AttemptNotStartedError(f"{how}; given back to its queue")
+    return _report(key, attempt_id, AttemptOutcome.FAILED, exc, Decision(Verdict.POSTPONE, 0.0))
+
+
 def _failure(
     claimed: Claimed,
     outcome: AttemptOutcome,
@@ -257,10 +270,24 @@ def _failure(
     decision: Decision,
     control: AttemptControl | None = None,
 ) -> Report:
+    progress = control.take_progress() if control is not None else None
+    key = (claimed.job_id, claimed.token)
+    return _report(key, claimed.attempt_id, outcome, exc, decision, progress)
+
+
+def _report(
+    key: tuple[uuid.UUID, int],
+    attempt_id: int,
+    outcome: AttemptOutcome,
+    exc: BaseException,
+    decision: Decision,
+    progress: Progress | None = None,
+) -> Report:
+    job_id, token = key
     return Report(
-        job_id=claimed.job_id,
-        token=claimed.token,
-        attempt_id=claimed.attempt_id,
+        job_id=job_id,
+        token=token,
+        attempt_id=attempt_id,
         outcome=outcome,
         error_type=clipped(storable(error_type(type(exc))), ERROR_TYPE_MAX_LENGTH),
         error_message=clipped(storable(_message(exc)), ERROR_TEXT_MAX_LENGTH),
@@ -268,7 +295,7 @@ def _failure(
             storable("".join(tb.format_exception(exc))), ERROR_TEXT_MAX_LENGTH
         ),
         decision=decision,
-        progress=control.take_progress() if control is not None else None,
+        progress=progress,
         exception=exc,
     )
 
