@@ -29,6 +29,7 @@ from django_jobs.values import ChildDied, Claimed, Finished, Outcome, Report, Wo
 from django_jobs.worker.completer import Completer
 from django_jobs.worker.executor import Executor
 from django_jobs.worker.faults import Faults
+from django_jobs.worker.runner import given_back
 from django_jobs.worker.running import Running
 from tests.testapp import tasks
 
@@ -144,6 +145,22 @@ def test_completer__every_outcome_is_one_engine_call_in_one_batch(setup: Setup) 
     assert setup.completer.jobs_done == 4
     assert len(setup.retries) == 1  # the producer is told when the retry is due
     assert not Job.objects.filter(leased_by__isnull=False).exists()
+
+
+def test_completer__an_attempt_given_back_unstarted_keeps_the_jobs_run_of_lost_attempts(
+    setup: Setup,
+) -> None:
+    tasks.add.enqueue(1, 1)
+    for _ in range(2):
+        (lost,) = setup.engine.claim(setup.me, ["default"], 1)
+        setup.engine.release_lease(setup.me.id, lost.job_id, lost.token, "its process died")
+    (unstarted,) = setup.claim(1)
+    setup.write(given_back((unstarted.job_id, unstarted.token), unstarted.attempt_id, "not run"))
+    (again,) = setup.engine.claim(setup.me, ["default"], 1)
+    setup.engine.release_lease(setup.me.id, again.job_id, again.token, "its process died")
+    outcomes = Attempt.objects.filter(job_id=again.job_id).order_by("number")
+    assert (again.suspect, Job.objects.get(id=again.job_id).state) == (True, JobState.QUARANTINED)
+    assert [a.outcome for a in outcomes] == ["lost", "lost", "failed", "lost"]
 
 
 def test_completer__outcomes_and_the_next_claim_share_one_transaction(setup: Setup) -> None:

@@ -70,10 +70,14 @@ def finish(
             job_changes: dict[str, Any] = {
                 "state": target(transition),
                 "updated_at": now,
-                "lost_streak": 0,
                 "leased_by": None,
                 "leased_at": None,
             }
+            if not _postponed(report):
+                # An attempt that ran and reported ends a run of lost ones. One
+                # given back unstarted says nothing of whether the job kills its
+                # worker: the streak stays, and so does its next run's isolation.
+                job_changes["lost_streak"] = 0
             if report.progress is not None:
                 job_changes.update(progress_fields(report.token, report.progress, now))
             if transition is Transition.COMPLETE:
@@ -141,6 +145,10 @@ def finish(
         )
         batches.moved(db, moves)
     return done
+
+
+def _postponed(report: Report) -> bool:
+    return report.decision is not None and report.decision.verdict is Verdict.POSTPONE
 
 
 def transition_for(report: Report, state: str) -> Transition:
