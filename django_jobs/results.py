@@ -150,7 +150,7 @@ def build(
         errors=[
             TaskError(exception_class_path=a.error_type, traceback=a.traceback or a.error_message)
             for a in attempts
-            if a.error_type and a.outcome != AttemptOutcome.RUNNING
+            if raised(a)
         ],
         worker_ids=[str(a.worker_id) for a in attempts],
         state=JobState(job.state),
@@ -216,6 +216,17 @@ class Stamp[**Q, R]:
         for put, value in zip(self._own, (id, args, kwargs, enqueued_at, run_after), strict=True):
             put(result, value)
         return result
+
+
+def raised(attempt: Attempt) -> bool:
+    """Whether an attempt is one of Django's ``TaskResult.errors``: it ended, with an error.
+
+    One given back unstarted keeps why as its error, but nothing ran to raise it.
+    """
+    return bool(attempt.error_type) and attempt.outcome not in _NO_ERRORS
+
+
+_NO_ERRORS = frozenset({AttemptOutcome.RUNNING, AttemptOutcome.NOT_STARTED})
 
 
 def replaced[**Q, R](result: JobResult[Q, R], **changes: Any) -> JobResult[Q, R]:

@@ -56,6 +56,10 @@ class AttemptOutcome(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
     # The task asked to sleep (``context.sleep``): the job waits, queued, until then.
     SLEPT = "slept", _("Slept")
+    # Claimed, then given back to its queue before the task started (claimed
+    # ahead and not taken in time, or its claim's answer never reached the
+    # worker): nothing ran, so nothing failed, and the attempt is not counted.
+    NOT_STARTED = "not_started", _("Not started")
 
 
 class BatchState(models.TextChoices):

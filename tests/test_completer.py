@@ -13,16 +13,19 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from django.db import connections
+from django.db.models.functions import Now
 
 from django_jobs import AttemptOutcome, JobState, control
 from django_jobs.backend import jobs_backend
 from django_jobs.engine.postgres import PostgresEngine
+from django_jobs.metrics.instruments import MULTIPROCESS_ENV, Instruments, worker_instruments
 from django_jobs.models import Attempt, Job
 from django_jobs.retry import Decision, Verdict
 from django_jobs.values import ChildDied, Claimed, Finished, Outcome, Report, WorkerIdentity
@@ -160,7 +163,57 @@ def test_completer__an_attempt_given_back_unstarted_keeps_the_jobs_run_of_lost_a
     setup.engine.release_lease(setup.me.id, again.job_id, again.token, "its process died")
     outcomes = Attempt.objects.filter(job_id=again.job_id).order_by("number")
     assert (again.suspect, Job.objects.get(id=again.job_id).state) == (True, JobState.QUARANTINED)
-    assert [a.outcome for a in outcomes] == ["lost", "lost", "failed", "lost"]
+    assert [a.outcome for a in outcomes] == ["lost", "lost", "not_started", "lost"]
+
+
+@pytest.fixture
+def worker_metrics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Instruments]:
+    """The worker's metrics recorded in this process, as ``runworkers --metrics-port`` has them."""
+    monkeypatch.setenv(MULTIPROCESS_ENV, str(tmp_path))
+    worker_instruments.cache_clear()
+    metrics = worker_instruments()
+    assert metrics is not None
+    yield metrics
+    monkeypatch.undo()
+    worker_instruments.cache_clear()
+
+
+def test_completer__an_attempt_given_back_unstarted_is_no_error_no_retry_and_no_run_time(
+    setup: Setup, worker_metrics: Instruments
+) -> None:
+    job = tasks.add.enqueue(1, 1)
+    (failed,) = setup.claim(1)
+    setup.write(report(failed, AttemptOutcome.FAILED, Verdict.RETRY))
+    Job.objects.filter(id=job.id).update(run_after=Now())  # its backoff over
+    (unstarted,) = setup.claim(1)
+    before = _counts(worker_metrics)
+
+    setup.write(given_back((unstarted.job_id, unstarted.token), unstarted.attempt_id, "not run"))
+
+    after = _counts(worker_metrics)
+    job.refresh()
+    assert (Job.objects.get(id=job.id).last_error, len(job.errors)) == (
+        "builtins.ValueError: no",
+        1,
+    )
+    assert {name: after[name] - before[name] for name in after} == {
+        "finished not_started": 1,
+        "finished failed": 0,
+        "retries": 0,
+        "duration": 0,
+    }
+
+
+def _counts(metrics: Instruments) -> dict[str, float]:
+    """The worker's counts of attempts of tests.testapp.tasks.add, as they stand."""
+    labels = ("default", "tests.testapp.tasks.add")
+    duration = metrics.duration.labels(*labels).collect()[0].samples
+    return {
+        "finished not_started": metrics.finished.labels(*labels, "not_started")._value.get(),
+        "finished failed": metrics.finished.labels(*labels, "failed")._value.get(),
+        "retries": metrics.retries.labels(*labels)._value.get(),
+        "duration": next(s.value for s in duration if s.name.endswith("_count")),
+    }
 
 
 def test_completer__outcomes_and_the_next_claim_share_one_transaction(setup: Setup) -> None:

@@ -21,14 +21,12 @@ from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for
 from django_jobs.exceptions import (
     ActorRequiredError,
-    AttemptNotStartedError,
     InvalidTransitionError,
     NoteRequiredError,
     OperatorRequestError,
     QueueFullError,
     QueueNotFoundError,
     UnknownVerbError,
-    error_type,
 )
 from django_jobs.models import Attempt, Job, JobEvent, QueueEvent, RetryWindow, Worker
 from django_jobs.retry import Decision, Verdict
@@ -191,9 +189,7 @@ def test_poison__a_job_that_kills_its_worker_is_quarantined_while_others_flow(
     )
     # A worker may claim the poison ahead and give it back unstarted (its
     # threads all busy): such an attempt is no evidence either way.
-    started = Attempt.objects.filter(job_id=poison.id).exclude(
-        error_type=error_type(AttemptNotStartedError)
-    )
+    started = Attempt.objects.filter(job_id=poison.id).exclude(outcome=AttemptOutcome.NOT_STARTED)
     event = JobEvent.objects.get(job_id=poison.id)
     assert list(started.values_list("outcome", flat=True)) == [AttemptOutcome.LOST] * 3
     assert (event.transition, event.actor) == ("poison", "system")

@@ -188,7 +188,7 @@ def test_lifeline__a_lease_whose_claim_never_reached_the_worker_is_given_back_un
         4,
     )
     assert (attempt.outcome, attempt.error_type) == (
-        AttemptOutcome.FAILED,
+        AttemptOutcome.NOT_STARTED,
         "django_jobs.exceptions.AttemptNotStartedError",
     )
     (line,) = [r for r in caplog.records if "answer never reached it" in r.getMessage()]

@@ -23,6 +23,7 @@ from django_jobs.retry import Decision, Verdict
 from django_jobs.values import Claimed, Report
 from django_jobs.worker.faults import Faults
 from django_jobs.worker.outcome_logs import log_applied
+from django_jobs.worker.runner import given_back
 from tests.testapp import tasks
 
 Burst = Callable[..., str]
@@ -127,6 +128,25 @@ def test_log_applied__a_retry_is_a_warning_with_the_fields_and_the_exception(
         "attempt": 2,
     }
     assert record.exc_info is not None and record.exc_info[1] is report.exception
+
+
+def test_log_applied__an_attempt_given_back_unstarted_is_info_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    claimed, _ = failed_attempt()
+    report = given_back((claimed.job_id, claimed.token), claimed.attempt_id, "claimed ahead")
+
+    with caplog.at_level(logging.INFO, logger="django_jobs.jobs"):
+        log_applied(report, JobState.QUEUED, claimed)
+
+    [record] = caplog.records
+    assert (record.levelname, record.getMessage(), record.exc_info) == (
+        "INFO",
+        f"Job {claimed.job_id} (billing.tasks.charge, queue payments) attempt 2 did not start: "
+        "django_jobs.exceptions.AttemptNotStartedError: claimed ahead; given back to its "
+        "queue; the attempt is not counted",
+        None,
+    )
 
 
 def test_json_formatter__writes_the_fields_and_the_traceback_as_one_object(

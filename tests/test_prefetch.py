@@ -89,7 +89,7 @@ def test_prefetch__an_attempt_waiting_behind_a_long_job_goes_back_to_its_queue_u
         0,
     )
     assert (given_back.outcome, given_back.error_type, ran.outcome) == (
-        AttemptOutcome.FAILED,
+        AttemptOutcome.NOT_STARTED,
         NOT_STARTED,
         AttemptOutcome.SUCCEEDED,
     )
@@ -133,7 +133,7 @@ def test_prefetch__a_hurried_shutdown_gives_back_a_waiting_attempt_instead_of_lo
     }
     assert (first[uuid.UUID(long).hex][0], first[uuid.UUID(short).hex]) == (
         AttemptOutcome.LOST,
-        (AttemptOutcome.FAILED, NOT_STARTED),
+        (AttemptOutcome.NOT_STARTED, NOT_STARTED),
     )
 
 

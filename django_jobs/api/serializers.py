@@ -19,6 +19,7 @@ from rest_framework import serializers
 
 from django_jobs.dependencies import waits_for
 from django_jobs.models import Attempt, Batch, Job, JobEvent, Step, Worker
+from django_jobs.results import raised
 from django_jobs.states import AttemptOutcome, BatchState, JobState, django_status
 from django_jobs.verbs import Verb
 
@@ -202,7 +203,7 @@ class JobDetailSerializer(JobSerializer):
                 "traceback": a.traceback or a.error_message,
             }
             for a in job.attempt_set.all()
-            if a.error_type and a.outcome != AttemptOutcome.RUNNING
+            if raised(a)
         ]
 
     @extend_schema_field(OpenApiTypes.DATETIME)

@@ -87,7 +87,10 @@ def finish(
                 # attempt goes back to the budget, as a postponed one does.
                 job_changes.update(run_after=report.wake_at, max_attempts=F("max_attempts") + 1)
             else:
-                job_changes["last_error"] = short_error(report)
+                if report.outcome != AttemptOutcome.NOT_STARTED:
+                    # One given back unstarted raised nothing: the job's last
+                    # error stays the last one a run of it raised.
+                    job_changes["last_error"] = short_error(report)
                 decision = report.decision
                 if transition is Transition.SCHEDULE_RETRY and decision is not None:
                     if decision.verdict is Verdict.POSTPONE:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from ..states import JobState
+from ..states import AttemptOutcome, JobState
 from .instruments import instruments, worker_instruments
 
 if TYPE_CHECKING:
@@ -48,6 +48,10 @@ def started(claimed: Sequence[Claimed]) -> None:
             _child(metrics.latency, attempt.queue, attempt.task_name).observe(max(0.0, waited))
 
 
+# The outcomes whose job, queued again, counts as a retry: a sleep is not one.
+_RETRIED = frozenset({AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT})
+
+
 def finished(
     applied: Sequence[tuple[Report, JobState]], ended: Mapping[Key, RunningAttempt]
 ) -> None:
@@ -63,8 +67,10 @@ def finished(
             continue
         queue, task = attempt.claimed.queue, attempt.claimed.task_name
         outcomes[queue, task, report.outcome.value] += 1
+        if report.outcome == AttemptOutcome.NOT_STARTED:
+            continue  # no run to time, and no retry: it never ran
         _child(metrics.duration, queue, task).observe(now - attempt.control.started)
-        if state == JobState.QUEUED:
+        if state == JobState.QUEUED and report.outcome in _RETRIED:
             retried[queue, task] += 1
     for (queue, task, outcome), count in outcomes.items():
         _child(metrics.finished, queue, task, outcome).inc(count)

@@ -9,12 +9,14 @@ outside the ``except`` block); this one carries the exception as
 attempt row keeps when it ran in an isolated child, so Sentry and log-based
 error tracking see the error either way.
 
-A successful attempt logs nothing at INFO: one line per job would drown a
+An attempt given back unstarted is logged at INFO, without a traceback:
+nothing ran. A successful attempt logs nothing at INFO: one line per job would drown a
 busy worker's log (``django.tasks`` logs them at INFO for whoever wants them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from ..logging import job_fields
@@ -36,6 +38,7 @@ _HOW = {
     AttemptOutcome.TIMED_OUT: "timed out",
     AttemptOutcome.CANCELLED: "was stopped",
     AttemptOutcome.SLEPT: "went to sleep",
+    AttemptOutcome.NOT_STARTED: "did not start",
 }
 
 
@@ -48,7 +51,14 @@ def log_applied(report: Report, state: JobState, claimed: Claimed) -> None:
     level, ending = _ENDINGS[state]
     how = _HOW[report.outcome]
     delay = report.decision.delay if report.decision is not None else 0.0
-    if report.decision is not None and report.decision.verdict is Verdict.POSTPONE:
+    if report.outcome == AttemptOutcome.NOT_STARTED:
+        # Routine (a worker gives back what it claimed ahead when long jobs
+        # take its threads), and nothing was raised: no traceback to carry.
+        level = logging.INFO
+        if state is JobState.QUEUED:
+            ending = "the attempt is not counted"
+        report = dataclasses.replace(report, exception=None, traceback="")
+    elif report.decision is not None and report.decision.verdict is Verdict.POSTPONE:
         how, ending = "could not start", "postponed {delay}; the attempt is not counted"
     then = ending.format(delay=f"{delay:.1f}s", max_attempts=claimed.max_attempts)
     message = (

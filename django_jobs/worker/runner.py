@@ -260,7 +260,9 @@ def given_back(key: tuple[uuid.UUID, int], attempt_id: int, how: str) -> Report:
     its attempt back in the budget.
     """
     exc = AttemptNotStartedError(f"{how}; given back to its queue")
-    return _report(key, attempt_id, AttemptOutcome.FAILED, exc, Decision(Verdict.POSTPONE, 0.0))
+    return _report(
+        key, attempt_id, AttemptOutcome.NOT_STARTED, exc, Decision(Verdict.POSTPONE, 0.0)
+    )
 
 
 def _failure(
