@@ -36,6 +36,7 @@ job_lost_cancelled = Signal()
 job_poisoned = Signal()
 job_expired = Signal()
 job_slept = Signal()
+job_given_back = Signal()
 job_dependencies_met = Signal()
 job_dependency_discarded = Signal()
 job_cancelled = Signal()
@@ -61,6 +62,7 @@ BY_TRANSITION: dict[Transition, Signal] = {
     Transition.POISON: job_poisoned,
     Transition.EXPIRE: job_expired,
     Transition.SLEEP: job_slept,
+    Transition.GIVE_BACK: job_given_back,
     Transition.DEPENDENCIES_MET: job_dependencies_met,
     Transition.DEPENDENCY_DISCARDED: job_dependency_discarded,
     Transition.CANCEL: job_cancelled,

@@ -99,6 +99,7 @@ class Transition(StrEnum):
     POISON = "poison"  # ... for the Nth time in a row: held for an operator
     EXPIRE = "expire"  # its deadline passed before it started
     SLEEP = "sleep"  # the task asked to sleep: queued for later, the attempt not counted
+    GIVE_BACK = "give_back"  # the attempt never started: queued again at once, not counted
     # Dependencies (``after=``).
     DEPENDENCIES_MET = "dependencies_met"  # the last job it waits for succeeded
     DEPENDENCY_DISCARDED = "dependency_discarded"  # a job it waits for can never succeed
@@ -134,6 +135,7 @@ TRANSITIONS: dict[Transition, Rule] = {
     Transition.COMPLETE: Rule(LEASED_STATES, _S.SUCCEEDED),
     Transition.SCHEDULE_RETRY: Rule(frozenset({_S.RUNNING}), _S.QUEUED),
     Transition.SLEEP: Rule(frozenset({_S.RUNNING}), _S.QUEUED),
+    Transition.GIVE_BACK: Rule(frozenset({_S.RUNNING}), _S.QUEUED),
     Transition.EXHAUST: Rule(frozenset({_S.RUNNING}), _S.EXHAUSTED),
     Transition.FAIL: Rule(frozenset({_S.RUNNING}), _S.FAILED),
     Transition.CONFIRM_CANCEL: Rule(frozenset({_S.CANCELLING}), _S.CANCELLED),

@@ -28,6 +28,8 @@ from django_jobs.engine.postgres import PostgresEngine
 from django_jobs.metrics.instruments import MULTIPROCESS_ENV, Instruments, worker_instruments
 from django_jobs.models import Attempt, Job
 from django_jobs.retry import Decision, Verdict
+from django_jobs.signals import job_given_back
+from django_jobs.states import Transition
 from django_jobs.values import ChildDied, Claimed, Finished, Outcome, Report, WorkerIdentity
 from django_jobs.worker.completer import Completer
 from django_jobs.worker.executor import Executor
@@ -164,6 +166,25 @@ def test_completer__an_attempt_given_back_unstarted_keeps_the_jobs_run_of_lost_a
     outcomes = Attempt.objects.filter(job_id=again.job_id).order_by("number")
     assert (again.suspect, Job.objects.get(id=again.job_id).state) == (True, JobState.QUARANTINED)
     assert [a.outcome for a in outcomes] == ["lost", "lost", "not_started", "lost"]
+
+
+def test_completer__an_attempt_given_back_unstarted_is_signalled_as_given_back(
+    setup: Setup,
+) -> None:
+    tasks.add.enqueue(1, 1)
+    (unstarted,) = setup.claim(1)
+    heard: list[tuple[str, str]] = []
+
+    def receiver(transition: str, to_state: str, **kwargs: Any) -> None:
+        heard.append((transition, to_state))
+
+    job_given_back.connect(receiver)
+    try:
+        setup.write(given_back((unstarted.job_id, unstarted.token), unstarted.attempt_id, "no"))
+    finally:
+        job_given_back.disconnect(receiver)
+
+    assert heard == [(Transition.GIVE_BACK, JobState.QUEUED)]
 
 
 @pytest.fixture

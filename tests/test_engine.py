@@ -36,6 +36,7 @@ from django_jobs.retry import Decision, Verdict
 from django_jobs.states import TRANSITIONS, AttemptOutcome, JobState, Transition
 from django_jobs.values import Progress, Report, StepWrite, Unheard, WorkerIdentity
 from django_jobs.verbs import VERBS
+from django_jobs.worker.runner import given_back
 
 # Every test takes ``alias`` (tests/conftest.py): it runs on both engines.
 
@@ -123,6 +124,8 @@ def report_for(job: Job, transition: Transition) -> Report:
             wake_at=wake_at,
             sleep_step="sleep-1",
         )
+    if transition is Transition.GIVE_BACK:
+        return given_back((job.id, job.attempts), attempt.pk, "claimed ahead")
     verdict = {
         Transition.SCHEDULE_RETRY: Verdict.RETRY,
         Transition.EXHAUST: Verdict.EXHAUSTED,
@@ -144,6 +147,7 @@ WORKER_REPORTS = [
     Transition.SCHEDULE_RETRY,
     Transition.EXHAUST,
     Transition.FAIL,
+    Transition.GIVE_BACK,
 ]
 
 

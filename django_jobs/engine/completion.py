@@ -1,4 +1,4 @@
-"""Applying attempt outcomes one by one: success, retry, exhaustion, cancellation, sleep.
+"""Applying attempt outcomes one by one: success, retry, exhaustion, cancellation, sleep, give-back.
 
 Every outcome a worker reports ends here unless an engine has a faster way
 for the plain case (PostgreSQL completes plain successes in one statement).
@@ -73,9 +73,9 @@ def finish(
                 "leased_by": None,
                 "leased_at": None,
             }
-            if not _postponed(report):
+            if _ran(report):
                 # An attempt that ran and reported ends a run of lost ones. One
-                # given back unstarted says nothing of whether the job kills its
+                # that never started says nothing of whether the job kills its
                 # worker: the streak stays, and so does its next run's isolation.
                 job_changes["lost_streak"] = 0
             if report.progress is not None:
@@ -86,11 +86,12 @@ def finish(
                 # Asleep, not failed: due again at its wake time, and the
                 # attempt goes back to the budget, as a postponed one does.
                 job_changes.update(run_after=report.wake_at, max_attempts=F("max_attempts") + 1)
+            elif transition is Transition.GIVE_BACK:
+                # Nothing ran: due again at once, the attempt back in the budget,
+                # and the job's last error still the last one a run of it raised.
+                job_changes.update(run_after=now, max_attempts=F("max_attempts") + 1)
             else:
-                if report.outcome != AttemptOutcome.NOT_STARTED:
-                    # One given back unstarted raised nothing: the job's last
-                    # error stays the last one a run of it raised.
-                    job_changes["last_error"] = short_error(report)
+                job_changes["last_error"] = short_error(report)
                 decision = report.decision
                 if transition is Transition.SCHEDULE_RETRY and decision is not None:
                     if decision.verdict is Verdict.POSTPONE:
@@ -150,8 +151,11 @@ def finish(
     return done
 
 
-def _postponed(report: Report) -> bool:
-    return report.decision is not None and report.decision.verdict is Verdict.POSTPONE
+def _ran(report: Report) -> bool:
+    """Whether the attempt's task ran: not one given back, nor one postponed unstarted."""
+    if report.outcome == AttemptOutcome.NOT_STARTED:
+        return False
+    return report.decision is None or report.decision.verdict is not Verdict.POSTPONE
 
 
 def transition_for(report: Report, state: str) -> Transition:
@@ -159,6 +163,8 @@ def transition_for(report: Report, state: str) -> Transition:
         return Transition.COMPLETE
     if state == JobState.CANCELLING:
         return Transition.CONFIRM_CANCEL
+    if report.outcome == AttemptOutcome.NOT_STARTED:
+        return Transition.GIVE_BACK
     if report.outcome == AttemptOutcome.SLEPT:
         if report.wake_at is None:
             raise ValueError("a sleep report needs the time to wake at")
