@@ -136,6 +136,7 @@ def build(
         )
         for a in attempts
     )
+    tried = runs(attempts)
     result = JobResult(
         task=task,
         id=str(job.id),
@@ -143,16 +144,16 @@ def build(
         enqueued_at=job.enqueued_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
-        last_attempted_at=attempts[-1].started_at if attempts else None,
+        last_attempted_at=tried[-1].started_at if tried else None,
         args=from_json(job.args, "args"),
         kwargs=from_json(job.kwargs, "kwargs"),
         backend=task.backend,
         errors=[
             TaskError(exception_class_path=a.error_type, traceback=a.traceback or a.error_message)
-            for a in attempts
+            for a in tried
             if raised(a)
         ],
-        worker_ids=[str(a.worker_id) for a in attempts],
+        worker_ids=[str(a.worker_id) for a in tried],
         state=JobState(job.state),
         queue=job.queue,
         priority=job.priority,
@@ -218,15 +219,18 @@ class Stamp[**Q, R]:
         return result
 
 
-def raised(attempt: Attempt) -> bool:
-    """Whether an attempt is one of Django's ``TaskResult.errors``: it ended, with an error.
+def runs(attempts: list[Attempt]) -> list[Attempt]:
+    """The attempts Django's ``TaskResult`` knows: its task ran (or runs) in them.
 
-    One given back unstarted keeps why as its error, but nothing ran to raise it.
+    One given back unstarted is in our history (``attempt_log``), but not in
+    Django's ``worker_ids``, ``errors`` or ``last_attempted_at``: no worker ran it.
     """
-    return bool(attempt.error_type) and attempt.outcome not in _NO_ERRORS
+    return [a for a in attempts if a.outcome != AttemptOutcome.NOT_STARTED]
 
 
-_NO_ERRORS = frozenset({AttemptOutcome.RUNNING, AttemptOutcome.NOT_STARTED})
+def raised(attempt: Attempt) -> bool:
+    """Whether an attempt the task ran in is one of Django's ``TaskResult.errors``."""
+    return bool(attempt.error_type) and attempt.outcome != AttemptOutcome.RUNNING
 
 
 def replaced[**Q, R](result: JobResult[Q, R], **changes: Any) -> JobResult[Q, R]:

@@ -213,10 +213,13 @@ def test_completer__an_attempt_given_back_unstarted_is_no_error_no_retry_and_no_
 
     after = _counts(worker_metrics)
     job.refresh()
-    assert (Job.objects.get(id=job.id).last_error, len(job.errors)) == (
+    ran = Attempt.objects.get(id=failed.attempt_id)
+    assert (Job.objects.get(id=job.id).last_error, len(job.errors), job.worker_ids) == (
         "builtins.ValueError: no",
         1,
+        [str(setup.me.id)],
     )
+    assert (job.last_attempted_at, len(job.attempt_log)) == (ran.started_at, 2)
     assert {name: after[name] - before[name] for name in after} == {
         "finished not_started": 1,
         "finished failed": 0,

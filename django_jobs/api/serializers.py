@@ -19,7 +19,7 @@ from rest_framework import serializers
 
 from django_jobs.dependencies import waits_for
 from django_jobs.models import Attempt, Batch, Job, JobEvent, Step, Worker
-from django_jobs.results import raised
+from django_jobs.results import raised, runs
 from django_jobs.states import AttemptOutcome, BatchState, JobState, django_status
 from django_jobs.verbs import Verb
 
@@ -202,19 +202,19 @@ class JobDetailSerializer(JobSerializer):
                 "exception_class_path": a.error_type,
                 "traceback": a.traceback or a.error_message,
             }
-            for a in job.attempt_set.all()
+            for a in runs(list(job.attempt_set.all()))
             if raised(a)
         ]
 
     @extend_schema_field(OpenApiTypes.DATETIME)
     def get_last_attempted_at(self, job: Job) -> str | None:
-        attempts = list(job.attempt_set.all())
+        attempts = runs(list(job.attempt_set.all()))
         if not attempts:
             return None
         return serializers.DateTimeField().to_representation(attempts[-1].started_at)
 
     def get_worker_ids(self, job: Job) -> list[str]:
-        return [str(a.worker_id) for a in job.attempt_set.all() if a.worker_id]
+        return [str(a.worker_id) for a in runs(list(job.attempt_set.all())) if a.worker_id]
 
 
 def optional_note(
