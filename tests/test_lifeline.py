@@ -187,9 +187,10 @@ def test_lifeline__a_lease_whose_claim_never_reached_the_worker_is_given_back_un
         1,
         4,
     )
-    assert (attempt.outcome, attempt.error_type) == (
+    assert (attempt.outcome, attempt.error_type, attempt.traceback) == (
         AttemptOutcome.NOT_STARTED,
         "django_jobs.exceptions.AttemptNotStartedError",
+        "",  # nothing raised it
     )
     (line,) = [r for r in caplog.records if "answer never reached it" in r.getMessage()]
     assert (line.task, line.queue, line.attempt) == ("tests.testapp.tasks.add", "default", 1)  # type: ignore[attr-defined]

@@ -9,14 +9,13 @@ outside the ``except`` block); this one carries the exception as
 attempt row keeps when it ran in an isolated child, so Sentry and log-based
 error tracking see the error either way.
 
-An attempt given back unstarted is logged at INFO, without a traceback:
-nothing ran. A successful attempt logs nothing at INFO: one line per job would drown a
-busy worker's log (``django.tasks`` logs them at INFO for whoever wants them).
+An attempt given back unstarted is logged at INFO: nothing ran. A successful
+attempt logs nothing at INFO: one line per job would drown a busy worker's log
+(``django.tasks`` logs them at INFO for whoever wants them).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from ..logging import job_fields
@@ -52,12 +51,11 @@ def log_applied(report: Report, state: JobState, claimed: Claimed) -> None:
     how = _HOW[report.outcome]
     delay = report.decision.delay if report.decision is not None else 0.0
     if report.outcome == AttemptOutcome.NOT_STARTED:
-        # Routine (a worker gives back what it claimed ahead when long jobs
-        # take its threads), and nothing was raised: no traceback to carry.
+        # Routine: a worker gives back what it claimed ahead when long jobs
+        # take its threads.
         level = logging.INFO
         if state is JobState.QUEUED:
             ending = "the attempt is not counted"
-        report = dataclasses.replace(report, exception=None, traceback="")
     elif report.decision is not None and report.decision.verdict is Verdict.POSTPONE:
         how, ending = "could not start", "postponed {delay}; the attempt is not counted"
     then = ending.format(delay=f"{delay:.1f}s", max_attempts=claimed.max_attempts)

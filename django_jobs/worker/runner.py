@@ -11,6 +11,7 @@ the executor imports the isolation.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import traceback as tb
@@ -255,14 +256,14 @@ def this_worker() -> str:
 def given_back(key: tuple[uuid.UUID, int], attempt_id: int, how: str) -> Report:
     """How an attempt given back to its queue without starting is recorded: not counted.
 
-    ``how`` says why it never started. It is postponed by nothing, as a job
-    whose task this worker lacks is postponed: due at once for any worker,
-    its attempt back in the budget.
+    ``how`` says why it never started: the error's type and message. Nothing
+    raised it, so there is no traceback to keep or to log. Due at once for any
+    worker, its attempt back in the budget.
     """
     exc = AttemptNotStartedError(f"{how}; given back to its queue")
-    return _report(
-        key, attempt_id, AttemptOutcome.NOT_STARTED, exc, Decision(Verdict.POSTPONE, 0.0)
-    )
+    decision = Decision(Verdict.POSTPONE, 0.0)
+    report = _report(key, attempt_id, AttemptOutcome.NOT_STARTED, exc, decision)
+    return dataclasses.replace(report, traceback="", exception=None)
 
 
 def _failure(
