@@ -26,7 +26,7 @@ from django_jobs import AttemptOutcome, JobState, control
 from django_jobs.backend import jobs_backend
 from django_jobs.engine.postgres import PostgresEngine
 from django_jobs.metrics.instruments import MULTIPROCESS_ENV, Instruments, worker_instruments
-from django_jobs.models import Attempt, Job
+from django_jobs.models import Attempt, Job, Worker
 from django_jobs.retry import Decision, Verdict
 from django_jobs.signals import job_given_back
 from django_jobs.states import Transition
@@ -185,6 +185,16 @@ def test_completer__an_attempt_given_back_unstarted_is_signalled_as_given_back(
         job_given_back.disconnect(receiver)
 
     assert heard == [(Transition.GIVE_BACK, JobState.QUEUED)]
+
+
+def test_completer__an_attempt_given_back_unstarted_is_no_job_done(setup: Setup) -> None:
+    tasks.add.enqueue(1, 1)
+    (unstarted,) = setup.claim(1)
+
+    setup.write(given_back((unstarted.job_id, unstarted.token), unstarted.attempt_id, "no"))
+
+    registered = Worker.objects.get(id=setup.me.id)
+    assert (setup.completer.jobs_done, registered.jobs_done) == (0, 0)  # what --max-jobs counts
 
 
 @pytest.fixture

@@ -140,10 +140,9 @@ def finish(
             Attempt.objects.using(db).filter(id=report.attempt_id, late_report__isnull=True).update(
                 late_report=report.as_late_report()
             )
-        if done.applied:
-            Worker.objects.using(db).filter(id=worker_id).update(
-                jobs_done=F("jobs_done") + len(done.applied)
-            )
+        ran = sum(1 for report, _ in done.applied if report.outcome != AttemptOutcome.NOT_STARTED)
+        if ran:
+            Worker.objects.using(db).filter(id=worker_id).update(jobs_done=F("jobs_done") + ran)
         release_dependents(
             db, [r.job_id for r, state in done.applied if state == JobState.SUCCEEDED], now
         )
