@@ -204,8 +204,9 @@ class AttemptNotStartedError(Exception):
 
     A worker claims a waiting attempt for each job thread while its jobs are
     short (``PREFETCH``, docs/workers.md); one that still waits a second later
-    is given back, due at once, and recorded with this on its attempt, which is
-    not counted against ``max_attempts``. So is an attempt whose claim
+    is given back, due at once, and its attempt recorded ``not_started`` with
+    this as its error (why it never started), not counted against
+    ``max_attempts``. So is an attempt whose claim
     committed as the worker's connection failed, so that the worker never
     received it (its heartbeat gives it back). It was never raised in a task.
     """
