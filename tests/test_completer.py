@@ -25,7 +25,12 @@ from django.db.models.functions import Now
 from django_jobs import AttemptOutcome, JobState, control
 from django_jobs.backend import jobs_backend
 from django_jobs.engine.postgres import PostgresEngine
-from django_jobs.metrics.instruments import MULTIPROCESS_ENV, Instruments, worker_instruments
+from django_jobs.metrics.instruments import (
+    MULTIPROCESS_ENV,
+    Instruments,
+    instruments,
+    worker_instruments,
+)
 from django_jobs.models import Attempt, Job, Worker
 from django_jobs.retry import Decision, Verdict
 from django_jobs.signals import job_given_back
@@ -199,7 +204,12 @@ def test_completer__an_attempt_given_back_unstarted_is_no_job_done(setup: Setup)
 
 @pytest.fixture
 def worker_metrics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Instruments]:
-    """The worker's metrics recorded in this process, as ``runworkers --metrics-port`` has them."""
+    """The worker's metrics recorded in this process, as ``runworkers --metrics-port`` has them.
+
+    Made before the variable is set: prometheus-client picks where values live
+    when it is imported, and the rest of the suite's stay in memory.
+    """
+    instruments()
     monkeypatch.setenv(MULTIPROCESS_ENV, str(tmp_path))
     worker_instruments.cache_clear()
     metrics = worker_instruments()
