@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobs.bulk import Call
@@ -339,6 +340,17 @@ def test_renew__names_leases_held_a_lease_long_that_the_worker_did_not_name(
         )
     }
     assert fresh.id in claimed  # leased just now: a claim the worker is about to start
+
+
+def test_renew__a_lease_the_worker_is_about_to_start_costs_the_beat_no_query(alias: str) -> None:
+    engine = engine_for(alias)
+    make_job(alias)
+    (claimed,) = engine.claim(ME, QUEUES, 1)
+    with CaptureQueriesContext(connections[alias]) as named:
+        engine.renew(ME.id, [(claimed.job_id, claimed.token)])
+    with CaptureQueriesContext(connections[alias]) as unnamed:
+        renewed = engine.renew(ME.id, [])  # claimed a moment ago, not started yet
+    assert (len(unnamed), renewed.unknown) == (len(named), {})
 
 
 def test_reap__takes_the_jobs_of_a_silent_worker_and_never_a_live_ones(alias: str) -> None:

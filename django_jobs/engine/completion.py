@@ -140,9 +140,10 @@ def finish(
             Attempt.objects.using(db).filter(id=report.attempt_id, late_report__isnull=True).update(
                 late_report=report.as_late_report()
             )
-        ran = sum(1 for report, _ in done.applied if report.outcome != AttemptOutcome.NOT_STARTED)
-        if ran:
-            Worker.objects.using(db).filter(id=worker_id).update(jobs_done=F("jobs_done") + ran)
+        # Jobs done, as --max-jobs counts them: not attempts given back unstarted.
+        jobs = sum(1 for report, _ in done.applied if report.outcome != AttemptOutcome.NOT_STARTED)
+        if jobs:
+            Worker.objects.using(db).filter(id=worker_id).update(jobs_done=F("jobs_done") + jobs)
         release_dependents(
             db, [r.job_id for r, state in done.applied if state == JobState.SUCCEEDED], now
         )

@@ -27,7 +27,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, QuerySet, Value
+from django.db.models import (
+    BooleanField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+)
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -95,36 +104,41 @@ def renew(
     this worker still holds: a stale holder's progress changes nothing.
     """
     held = set(held)
+    # Read with each lease: whether it was taken a lease ago, by the database's
+    # clock. A lease the worker does not name is nearly always a claim it is
+    # about to start; only one that old needs a look at its attempt.
+    long_held = Q(leased_at__lt=Now() - Value(timedelta(seconds=lease_seconds)))
     with transaction.atomic(using=db):
-        current = {
-            (job_id, token): state
-            for job_id, token, state in held_by(db, worker_id)
+        rows = list(
+            held_by(db, worker_id)
             .order_by()
-            .values_list("id", "attempts", "state")
-        }
+            .annotate(long_held=ExpressionWrapper(long_held, output_field=BooleanField()))
+            .values_list("id", "attempts", "state", "long_held")
+        )
+        current = {(job_id, token): state for job_id, token, state, _ in rows}
+        unknown = {(job_id, token) for job_id, token, _, old in rows if old} - held
         writes = {key: value for key, value in (progress or {}).items() if key in current}
         if writes:
             write_progress(db, worker_id, writes, timezone.now())
         # Last, as the completer updates this row last too (jobs_done): the
         # two lock a job row and the worker row in the same order.
         Worker.objects.using(db).filter(id=worker_id).update(heartbeat_at=Now())
-    unknown = current.keys() - held
     return Renewed(
         lost=held - set(current),
         cancelling={key for key, state in current.items() if state == JobState.CANCELLING},
-        unknown=unheard_of(db, worker_id, unknown, lease_seconds) if unknown else {},
+        unknown=unheard_of(db, worker_id, unknown) if unknown else {},
     )
 
 
 def unheard_of(
-    db: str, worker_id: uuid.UUID, keys: Iterable[tuple[uuid.UUID, int]], lease_seconds: float
+    db: str, worker_id: uuid.UUID, keys: Iterable[tuple[uuid.UUID, int]]
 ) -> dict[tuple[uuid.UUID, int], Unheard]:
-    """Of these leases held by the worker and not named by it, those taken a lease ago.
+    """These leases, held by the worker a lease long and never named by it, as it must end them.
 
     A claim the worker just made is started a moment after its commit; one
-    still unknown ``lease_seconds`` later never reached it. Each comes with
-    its attempt's id (the job's current attempt), to end that attempt, and
-    its job's task and queue, to say which it was.
+    still unknown a lease later never reached it. Each comes with its
+    attempt's id (the job's current attempt), to end that attempt, and its
+    job's task and queue, to say which it was. A lease gone since is left out.
     """
     rows = (
         Attempt.objects.using(db)
@@ -132,7 +146,6 @@ def unheard_of(
             job_id__in=[job_id for job_id, _ in keys],
             number=F("job__attempts"),
             job__leased_by=worker_id,
-            job__leased_at__lt=Now() - Value(timedelta(seconds=lease_seconds)),
         )
         .values_list("job_id", "number", "id", "job__task_name", "job__queue")
     )

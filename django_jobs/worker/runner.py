@@ -11,7 +11,6 @@ the executor imports the isolation.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import traceback as tb
@@ -47,7 +46,7 @@ from ..states import AttemptOutcome, JobState, django_status
 from ..steps import Steps
 from ..tasks import JobContext
 from ..text import clipped, middle_clipped, storable
-from ..values import Claimed, Progress, Report
+from ..values import Claimed, Report
 
 if TYPE_CHECKING:
     from ..backend import JobsBackend
@@ -256,14 +255,21 @@ def this_worker() -> str:
 def given_back(key: tuple[uuid.UUID, int], attempt_id: int, how: str) -> Report:
     """How an attempt given back to its queue without starting is recorded: not counted.
 
-    ``how`` says why it never started: the error's type and message. Nothing
-    raised it, so there is no traceback to keep or to log. Due at once for any
-    worker, its attempt back in the budget.
+    ``how`` says why it never started: the attempt's error message, under the
+    type ``AttemptNotStartedError``. Nothing raised it, so there is no
+    traceback to keep or to log. Due at once for any worker, its attempt back
+    in the budget.
     """
-    exc = AttemptNotStartedError(f"{how}; given back to its queue")
-    decision = Decision(Verdict.POSTPONE, 0.0)
-    report = _report(key, attempt_id, AttemptOutcome.NOT_STARTED, exc, decision)
-    return dataclasses.replace(report, traceback="", exception=None)
+    job_id, token = key
+    return Report(
+        job_id=job_id,
+        token=token,
+        attempt_id=attempt_id,
+        outcome=AttemptOutcome.NOT_STARTED,
+        error_type=error_type(AttemptNotStartedError),
+        error_message=f"{how}; given back to its queue",
+        decision=Decision(Verdict.POSTPONE, 0.0),
+    )
 
 
 def _failure(
@@ -273,24 +279,10 @@ def _failure(
     decision: Decision,
     control: AttemptControl | None = None,
 ) -> Report:
-    progress = control.take_progress() if control is not None else None
-    key = (claimed.job_id, claimed.token)
-    return _report(key, claimed.attempt_id, outcome, exc, decision, progress)
-
-
-def _report(
-    key: tuple[uuid.UUID, int],
-    attempt_id: int,
-    outcome: AttemptOutcome,
-    exc: BaseException,
-    decision: Decision,
-    progress: Progress | None = None,
-) -> Report:
-    job_id, token = key
     return Report(
-        job_id=job_id,
-        token=token,
-        attempt_id=attempt_id,
+        job_id=claimed.job_id,
+        token=claimed.token,
+        attempt_id=claimed.attempt_id,
         outcome=outcome,
         error_type=clipped(storable(error_type(type(exc))), ERROR_TYPE_MAX_LENGTH),
         error_message=clipped(storable(_message(exc)), ERROR_TEXT_MAX_LENGTH),
@@ -298,7 +290,7 @@ def _report(
             storable("".join(tb.format_exception(exc))), ERROR_TEXT_MAX_LENGTH
         ),
         decision=decision,
-        progress=progress,
+        progress=control.take_progress() if control is not None else None,
         exception=exc,
     )
 
