@@ -126,15 +126,19 @@ class JobsOptions:
             )
         )
 
-    def only_fair(self, queue: str) -> bool:
-        """Fair, and no limit that needs exact counts (so no per-queue lock)."""
+    def limited(self, queue: str) -> bool:
+        """Whether a limit counts this queue's jobs (so claims keep exact counts under a lock)."""
         limits = (
             self.QUEUE_CONCURRENCY,
             self.KEY_CONCURRENCY,
             self.RATE_LIMITS,
             self.KEY_RATE_LIMITS,
         )
-        return queue in self.FAIR_QUEUES and not any(queue in rules for rules in limits)
+        return any(queue in rules for rules in limits)
+
+    def only_fair(self, queue: str) -> bool:
+        """Fair, and no limit that needs exact counts (so no per-queue lock)."""
+        return queue in self.FAIR_QUEUES and not self.limited(queue)
 
     @classmethod
     def from_mapping(cls, alias: str, options: Mapping[str, Any]) -> JobsOptions:

@@ -171,6 +171,34 @@ def test_claim__takes_flow_controlled_queues_in_the_order_of_their_names(pg: Non
     assert [c.queue for c in got] == ["fair", "fair", "limited", "limited"]
 
 
+@pytest.mark.parametrize(
+    ("queue", "taken"),
+    [("limited", 1), ("keyed", 1), ("rated", 1), ("keyrated", 1), ("fair", 3)],
+)
+def test_claim__a_queue_with_a_limit_gives_no_attempt_to_wait_for_a_thread(
+    pg: None, queue: str, taken: int
+) -> None:
+    """A limit counts what a worker holds: one waiting would keep its slot from a free worker."""
+    enqueue_many(tasks.noop.using(backend="flow", queue_name=queue), [((), {})] * 3)
+    me = WorkerIdentity(uuid.uuid4(), "test")
+
+    got = engine_for("default", rules()).claim(me, [queue], 1, ahead=2)
+
+    assert len(got) == taken
+
+
+def test_claim__a_limited_queues_job_is_not_claimed_behind_one_that_takes_the_free_thread(
+    pg: None,
+) -> None:
+    tasks.noop.enqueue()
+    enqueue_many(tasks.noop.using(backend="flow", queue_name="limited"), [((), {})] * 2)
+    me = WorkerIdentity(uuid.uuid4(), "test")
+
+    got = engine_for("default", rules()).claim(me, ["default", "limited"], 1, ahead=2)
+
+    assert [c.queue for c in got] == ["default"]
+
+
 def bulk_queue(tenant: str, count: int) -> None:
     fair = tasks.noop.using(backend="flow", queue_name="fair", tenant=tenant)
     enqueue_many(fair, [((), {})] * count)

@@ -73,6 +73,20 @@ def test_prefetch__nothing_is_claimed_ahead_while_a_job_runs_long(
     )
 
 
+def test_prefetch__nothing_is_claimed_ahead_from_a_queue_with_a_concurrency_limit(
+    pg: None, start_workers: Start
+) -> None:
+    """Its limit of two would be held by one worker of one thread, one attempt waiting."""
+    limited = tasks.sleeps.using(backend="flow", queue_name="limited")
+    with transaction.atomic():
+        first, second = limited.enqueue(0.5), limited.enqueue(0.5)
+    start_workers("--backend", "flow", "--concurrency", "1")
+    held = wait_until(lambda: _running(first.id, second.id), timeout=30)
+    wait_until(lambda: Job.objects.filter(state=JobState.SUCCEEDED).count() == 2, timeout=30)
+    outcomes = list(Attempt.objects.values_list("outcome", flat=True))
+    assert (held, outcomes) == (1, [AttemptOutcome.SUCCEEDED] * 2)
+
+
 def test_prefetch__an_attempt_waiting_behind_a_long_job_goes_back_to_its_queue_uncounted(
     pg: None, start_workers: Start
 ) -> None:

@@ -79,6 +79,7 @@ class Engine(ABC):
         worker: WorkerIdentity,
         queues: Sequence[str],
         limit: int,
+        ahead: int = 0,
     ) -> list[Claimed]:
         """Lease up to ``limit`` ready jobs of ``queues``, highest priority then oldest.
 
@@ -93,14 +94,24 @@ class Engine(ABC):
         locks until the claim commits (a limited queue's lock, a fair queue's
         clock rows), and two workers taking them in opposite orders could
         each wait for the other until PostgreSQL broke the deadlock.
+
+        ``ahead`` more may be leased to wait in the worker for a thread
+        (``worker/prefetch.py``), from queues without limits only. A limit
+        counts what a worker holds, and a waiting attempt held a slot of a
+        concurrency limit, or a start of a rate, that another worker with a
+        free thread could have run at once. So a limited queue's jobs are
+        claimed only for the first ``limit`` places of the result, the ones
+        threads take now.
         """
-        if limit < 1:
+        everything = limit + ahead
+        if everything < 1:
             return []
         plain = [q for q in queues if not self.options.constrained(q)]
-        got = self.claim_plain(worker, plain, limit) if plain else []
+        got = self.claim_plain(worker, plain, everything) if plain else []
         for queue in sorted(set(queues).difference(plain)):
-            if len(got) < limit:
-                got += self.claim_flow(worker, queue, limit - len(got))
+            room = (limit if self.options.limited(queue) else everything) - len(got)
+            if room > 0:
+                got += self.claim_flow(worker, queue, room)
         return got
 
     @abstractmethod

@@ -120,15 +120,17 @@ class Producer:
             # outcomes and the next claim share one transaction (one commit).
             idle = self.config.concurrency - len(self.running) + self.completer.pending
             # And while jobs are short, each thread may have one waiting (prefetch.py).
-            free = idle + self.prefetch.ahead
-            got = self._write_and_claim(free)
+            free = min(max(0, idle + self.prefetch.ahead), self.settings.CLAIM_BATCH)
+            now = min(max(0, idle), free)
+            ahead = free - now
+            got = self._write_and_claim(now, ahead)
             record.started(got)
             for claimed in got:
                 attempt = self.running.start(claimed)
                 self.executor.start(claimed, attempt.control)
             if self.config.burst and not got and not len(self.running) and self._idle():
                 return self.exit_code
-            if got and len(got) == min(free, self.settings.CLAIM_BATCH) and len(got) < idle:
+            if got and len(got) == free and len(got) < idle:
                 continue  # a full batch and threads still idle: claim again at once
             if got:
                 self.completer.await_outcomes(len(got), LINGER_SECONDS)
@@ -151,7 +153,7 @@ class Producer:
         """No more claims: write outcomes as attempts end, for up to the grace period."""
         deadline = time.monotonic() + self.settings.SHUTDOWN_GRACE_SECONDS
         while True:
-            self._write_and_claim(0)
+            self._write_and_claim(0, 0)
             if self.running.only_abandoned() and not self.completer.pending:
                 self.completer.write_held()
                 return self.exit_code
@@ -161,7 +163,7 @@ class Producer:
                 for report in self.prefetch.give_back_all():
                     self.completer.submit(report)
                 self.completer.collect()
-                self._write_and_claim(0)
+                self._write_and_claim(0, 0)
                 self.completer.write_held()
                 self._release_all("worker shut down before the job finished")
                 return self.exit_code
@@ -170,13 +172,15 @@ class Producer:
             self.pulse.loop()
             self._tend()
 
-    def _write_and_claim(self, free: int) -> list[Claimed]:
-        limit = min(free, self.settings.CLAIM_BATCH) if free > 0 else 0
-        if not self.completer.pending and not limit:
+    def _write_and_claim(self, now: int, ahead: int) -> list[Claimed]:
+        """Write the pending outcomes, claim ``now`` attempts and ``ahead`` more: one commit."""
+        if not self.completer.pending and not now + ahead:
             return []
 
         def claim() -> list[Claimed]:
-            return self.engine.claim(self.identity, self.queues, limit) if limit else []
+            if not now + ahead:
+                return []
+            return self.engine.claim(self.identity, self.queues, now, ahead)
 
         return self.completer.write(claim, otherwise=[])
 
