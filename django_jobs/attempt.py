@@ -41,7 +41,9 @@ class AttemptControl:
         self.deadline: float | None = None
         self.running = False  # a job thread took it (``start``)
         self.given_back = False  # it went back to its queue unstarted (``give_back``)
-        self.cancelled = threading.Event()
+        # A flag, not a threading.Event: nothing waits on it, and an Event is a
+        # Condition, a lock and a deque made for every job.
+        self.cancelled = False
         self.cancel_seen: float | None = None  # when the worker learned of the cancel
         self.stop_sent: float | None = None  # when a stop exception was raised into the thread
         self.stop_kind: type[JobStopped] | None = None
@@ -97,7 +99,7 @@ class AttemptControl:
             self._dirty = True
 
     def raise_if_cancelled(self) -> None:
-        if self.cancelled.is_set():
+        if self.cancelled:
             raise JobCancelled("the job was cancelled; stopped cooperatively")
 
     # -- from the worker -------------------------------------------------------
@@ -119,9 +121,9 @@ class AttemptControl:
             return True
 
     def request_cancel(self) -> None:
-        if not self.cancelled.is_set():
+        if not self.cancelled:
             self.cancel_seen = time.monotonic()
-            self.cancelled.set()
+            self.cancelled = True
 
     def adopt_child(self, process: BaseProcess) -> None:
         with self._lock:

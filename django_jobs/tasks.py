@@ -198,7 +198,7 @@ class JobContext(GenericTaskContext[Any, Any]):  # type: ignore[misc]  # the stu
     @property
     def cancelled(self) -> bool:
         """True once an operator asked to cancel this job (seen at the next heartbeat)."""
-        return self.control.cancelled.is_set()
+        return self.control.cancelled
 
     def raise_if_cancelled(self) -> None:
         """Raise ``JobCancelled`` if cancel was asked: the cooperative way to stop."""

@@ -143,7 +143,7 @@ class Executor:
         """
         if not control.start():
             return None
-        if control.cancelled.is_set():  # asked while it waited for a thread
+        if control.cancelled:  # asked while it waited for a thread
             control.end()
             cancelled = JobCancelled("the job was cancelled before it started")
             return self.runner.stopped(claimed, control, cancelled)
