@@ -136,6 +136,10 @@ class JobsOptions:
         )
         return any(queue in rules for rules in limits)
 
+    def caps_running(self, queue: str) -> bool:
+        """Whether a limit counts this queue's running jobs (``QUEUE_CONCURRENCY``, per key)."""
+        return queue in self.QUEUE_CONCURRENCY or queue in self.KEY_CONCURRENCY
+
     def only_fair(self, queue: str) -> bool:
         """Fair, and no limit that needs exact counts (so no per-queue lock)."""
         return queue in self.FAIR_QUEUES and not self.limited(queue)

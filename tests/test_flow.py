@@ -173,12 +173,12 @@ def test_claim__takes_flow_controlled_queues_in_the_order_of_their_names(pg: Non
 
 @pytest.mark.parametrize(
     ("queue", "taken"),
-    [("limited", 1), ("keyed", 1), ("rated", 1), ("keyrated", 1), ("fair", 3)],
+    [("limited", 1), ("keyed", 1), ("rated", 3), ("keyrated", 3), ("fair", 3)],
 )
-def test_claim__a_queue_with_a_limit_gives_no_attempt_to_wait_for_a_thread(
+def test_claim__a_queue_with_a_concurrency_limit_gives_no_attempt_to_wait_for_a_thread(
     pg: None, queue: str, taken: int
 ) -> None:
-    """A limit counts what a worker holds: one waiting would keep its slot from a free worker."""
+    """One waiting would hold a slot of the limit that a worker with a free thread could run."""
     enqueue_many(tasks.noop.using(backend="flow", queue_name=queue), [((), {})] * 3)
     me = WorkerIdentity(uuid.uuid4(), "test")
 

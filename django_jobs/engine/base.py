@@ -96,12 +96,13 @@ class Engine(ABC):
         each wait for the other until PostgreSQL broke the deadlock.
 
         ``ahead`` more may be leased to wait in the worker for a thread
-        (``worker/prefetch.py``), from queues without limits only. A limit
-        counts what a worker holds, and a waiting attempt held a slot of a
-        concurrency limit, or a start of a rate, that another worker with a
-        free thread could have run at once. So a limited queue's jobs are
-        claimed only for the first ``limit`` places of the result, the ones
-        threads take now.
+        (``worker/prefetch.py``), but not from a queue with a concurrency
+        limit: it counts the attempts workers hold as running, so a waiting
+        one held a slot that another worker with a free thread could have
+        run at once. Such a queue's jobs are claimed only for the first
+        ``limit`` places of the result, the ones threads take now. A rate
+        limit counts starts, and an attempt claimed ahead starts within the
+        cycle (or is given back, its start spent).
         """
         everything = limit + ahead
         if everything < 1:
@@ -109,7 +110,7 @@ class Engine(ABC):
         plain = [q for q in queues if not self.options.constrained(q)]
         got = self.claim_plain(worker, plain, everything) if plain else []
         for queue in sorted(set(queues).difference(plain)):
-            room = (limit if self.options.limited(queue) else everything) - len(got)
+            room = (limit if self.options.caps_running(queue) else everything) - len(got)
             if room > 0:
                 got += self.claim_flow(worker, queue, room)
         return got

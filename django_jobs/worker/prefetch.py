@@ -20,8 +20,8 @@ waiting must stay short. Two rules keep it so:
   released as lost with the running ones.
 
 A waiting attempt's timeout counts from when a thread takes it
-(``AttemptControl.start``). Queues with a concurrency or rate limit are never
-claimed ahead: a limit counts what workers hold (``Engine.claim``).
+(``AttemptControl.start``). A queue with a concurrency limit is never claimed
+ahead: the limit counts a waiting attempt as running (``Engine.claim``).
 """
 
 from __future__ import annotations
