@@ -62,7 +62,7 @@ class Report:
     job_id: uuid.UUID
     token: int
     attempt_id: int
-    outcome: AttemptOutcome  # SUCCEEDED, FAILED, TIMED_OUT, CANCELLED or SLEPT
+    outcome: AttemptOutcome  # SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, SLEPT or NOT_STARTED
     result: Any = None
     error_type: str = ""
     error_message: str = ""

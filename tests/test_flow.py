@@ -23,6 +23,7 @@ from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.framework import task_backends
 from django_jobs.models import Attempt, FairClock, Job, QueueEvent
 from django_jobs.values import Claimed, WorkerIdentity
+from django_jobs.worker.runner import given_back
 from tests.conftest import WorkerProcess, analyse_empty_tables, one_slot_fair_order, wait_until
 from tests.testapp import tasks
 from tests.testapp.models import Probe
@@ -351,6 +352,30 @@ def test_key_rate_limit__claims_per_key_and_window_stay_within_the_limit(pg: Non
         time.sleep(0.02)
     assert max(windows.values()) <= 2
     assert {key for key, _ in windows} == {"x", "y"}
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"RATE_LIMITS": {"rated": (2, 3600.0)}}, None),
+        ({"KEY_RATE_LIMITS": {"rated": (2, 3600.0)}}, "k"),
+    ],
+    ids=["queue", "key"],
+)
+def test_rate_limit__an_attempt_given_back_unstarted_gives_its_start_back(
+    pg: None, options: dict[str, Any], key: str | None
+) -> None:
+    """Claimed ahead and never run, it must not cost the window one of its two starts."""
+    rated = tasks.noop.using(backend="flow", queue_name="rated", concurrency_key=key)
+    enqueue_many(rated, [((), {})] * 3)
+    engine = engine_for("default", JobsOptions.from_mapping("flow", options))
+    me = WorkerIdentity(uuid.uuid4(), "test")
+    first, _ = engine.claim(me, ["rated"], 2)
+    engine.finish(me.id, [given_back((first.job_id, first.token), first.attempt_id, "waited")])
+
+    again = engine.claim(me, ["rated"], 2)
+
+    assert len(again) == 1
 
 
 def test_polling__a_worker_without_listen_still_picks_jobs_up(

@@ -19,8 +19,9 @@ from django.db.models import Count, F
 from django.utils import timezone
 
 from .. import fairness
+from ..conf import JobsOptions
 from ..limits import KeyCounts, RateLimit, within_key_limits
-from ..models import Job, QueueState, RateWindow
+from ..models import Attempt, Job, QueueState, RateWindow
 from ..retry import budget_window
 from ..states import Transition
 from ..values import Claimed, WorkerIdentity
@@ -138,6 +139,31 @@ def rate_window(db: str, queue: str, seconds: float, key: str = "") -> RateWindo
         queue=queue, key=key, window_start=window_start(seconds)
     )
     return window
+
+
+def refund_start(db: str, rules: JobsOptions, queue: str, key: str | None, attempt_id: int) -> None:
+    """Give an attempt's start back to the rate windows its claim counted it in.
+
+    For an attempt given back unstarted (``worker/prefetch.py``): otherwise
+    it spent one of its window's starts, and the window started one job
+    fewer than its limit. The window is the one holding the claim's moment
+    (the attempt's ``started_at``); one already over takes the refund harmlessly.
+    """
+    windows: list[tuple[str, float]] = []
+    if queue in rules.RATE_LIMITS:
+        windows.append(("", rules.RATE_LIMITS[queue][1]))
+    if key and queue in rules.KEY_RATE_LIMITS:
+        windows.append((key, rules.KEY_RATE_LIMITS[queue][1]))
+    if not windows:
+        return
+    claimed_at = Attempt.objects.using(db).get(id=attempt_id).started_at
+    for window_key, seconds in windows:
+        RateWindow.objects.using(db).filter(
+            queue=queue,
+            key=window_key,
+            window_start=budget_window(claimed_at, seconds),
+            claims__gt=0,
+        ).update(claims=F("claims") - 1)
 
 
 def key_counts(db: str, queue: str, key_limit: int | None, key_rate: RateLimit | None) -> KeyCounts:
