@@ -508,8 +508,8 @@ class FairClock(models.Model):
     Claims rank a fair queue's tenants by these clocks, so a tenant that got
     less than its share comes first however long the other's backlog, with
     one slot free or many. The rows are few (one per queue and tenant) and
-    written after each claim commits, never inside it: claimers never wait
-    for each other on them.
+    moved inside each claim's transaction, so a claim and its accounting
+    commit together; claimers serving one tenant wait for each other on its row.
     """
 
     queue = models.CharField(max_length=100)

@@ -232,6 +232,19 @@ def test_fairness__with_one_free_slot_a_late_tenant_takes_every_other_claim(
     assert (order[:3], Counter(order[3:])) == (["a"] * 3, {"a": 100, "c": 100})
 
 
+def test_fairness__a_job_given_back_unstarted_gives_its_tenant_the_turn_back(pg: None) -> None:
+    bulk_queue("a", 2)
+    bulk_queue("b", 2)
+    me = WorkerIdentity(uuid.uuid4(), "test")
+    engine = engine_for("default", rules())
+    (first,) = engine.claim(me, ["fair"], 1)
+    engine.finish(me.id, [given_back((first.job_id, first.token), first.attempt_id, "waited")])
+
+    (again,) = engine.claim(me, ["fair"], 1)
+
+    assert (first.tenant, again.tenant) == ("a", "a")
+
+
 def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
     bulk_queue("gold", 300)
     bulk_queue("basic", 300)

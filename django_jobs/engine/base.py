@@ -102,7 +102,7 @@ class Engine(ABC):
         run at once. Such a queue's jobs are claimed only for the first
         ``limit`` places of the result, the ones threads take now. A rate
         limit counts starts, and an attempt claimed ahead starts within the
-        cycle (or is given back, its start refunded: ``flow.refund_start``).
+        cycle (or is given back, its start refunded: ``flow.refund_claim``).
         """
         everything = limit + ahead
         if everything < 1:

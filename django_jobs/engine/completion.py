@@ -27,7 +27,7 @@ from ..signals import send_on_commit
 from ..states import AttemptOutcome, JobState, Transition
 from ..values import Finished, Report
 from . import batches
-from .flow import refund_start
+from .flow import refund_claim
 from .guards import sources, target
 from .leases import progress_fields
 from .steps import record_sleep
@@ -58,7 +58,7 @@ def finish(
             (job.id, job.attempts): job
             for job in Job.objects.using(db)
             .select_for_update()
-            .only("id", "attempts", "state", "queue", "concurrency_key", "batch_id")
+            .only("id", "attempts", "state", "queue", "tenant", "concurrency_key", "batch_id")
             .filter(leased_by=worker_id, id__in=[r.job_id for r in reports])
             .order_by("id")
         }
@@ -125,7 +125,7 @@ def finish(
             if transition is Transition.SLEEP and report.wake_at is not None:
                 record_sleep(db, report.job_id, report.token, report.sleep_step, report.wake_at)
             if transition is Transition.GIVE_BACK:
-                refund_start(db, rules, job.queue, job.concurrency_key, report.attempt_id)
+                refund_claim(db, rules, job, report.attempt_id)
             Attempt.objects.using(db).filter(
                 id=report.attempt_id, outcome=AttemptOutcome.RUNNING
             ).update(

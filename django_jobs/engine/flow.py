@@ -21,7 +21,7 @@ from django.utils import timezone
 from .. import fairness
 from ..conf import JobsOptions
 from ..limits import KeyCounts, RateLimit, within_key_limits
-from ..models import Attempt, Job, QueueState, RateWindow
+from ..models import Attempt, FairClock, Job, QueueState, RateWindow
 from ..retry import budget_window
 from ..states import Transition
 from ..values import Claimed, WorkerIdentity
@@ -141,14 +141,23 @@ def rate_window(db: str, queue: str, seconds: float, key: str = "") -> RateWindo
     return window
 
 
-def refund_start(db: str, rules: JobsOptions, queue: str, key: str | None, attempt_id: int) -> None:
-    """Give an attempt's start back to the rate windows its claim counted it in.
+def refund_claim(db: str, rules: JobsOptions, job: Job, attempt_id: int) -> None:
+    """Take back what a claim counted for an attempt given back unstarted.
 
-    For an attempt given back unstarted (``worker/prefetch.py``): otherwise
-    it spent one of its window's starts, and the window started one job
-    fewer than its limit. The window is the one holding the claim's moment
-    (the attempt's ``started_at``); one already over takes the refund harmlessly.
+    Such an attempt (``worker/prefetch.py``) never ran, yet its claim spent a
+    start of its rate windows, so a window started one job fewer than its
+    limit, and served its tenant a turn of a fair queue. The window is the
+    one holding the claim's moment (the attempt's ``started_at``); one
+    already over takes the refund harmlessly. The tenant's clock goes back by
+    one job (``1 / weight``): its next job ranks as the one given back did,
+    unless the queue's time has passed it meanwhile, and then nothing changes.
     """
+    queue = job.queue
+    if queue in rules.FAIR_QUEUES:
+        FairClock.objects.using(db).filter(queue=queue, tenant=job.tenant, claims__gt=0).update(
+            finish=F("finish") - 1.0 / F("weight"), claims=F("claims") - 1
+        )
+    key = job.concurrency_key
     windows: list[tuple[str, float]] = []
     if queue in rules.RATE_LIMITS:
         windows.append(("", rules.RATE_LIMITS[queue][1]))
