@@ -34,7 +34,7 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from . import registry, tracing
+from . import registry, tracing, versions
 from .conf import JobsOptions
 from .exceptions import (
     MAX_RETRY_DELAY_SECONDS,
@@ -407,6 +407,8 @@ def _validate_job_options(task: JobTask) -> None:
             fail(f"{name} must not contain {wrong}: {value!r}.")
         elif name in keys and not value:
             fail(f"{name} must not be empty (pass None for no key).")
+    if (wrong := versions.problem(task.version)) is not None:
+        fail(wrong)
     if (wrong := problem(task)) is not None:
         fail(wrong)
     from .dependencies import dependency_ids

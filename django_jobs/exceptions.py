@@ -199,6 +199,15 @@ class LockedRowChangedError(RuntimeError):
     """
 
 
+class TaskVersionError(Exception):
+    """A worker has the job's task only at an older version than the one that enqueued it.
+
+    The error type of the attempts of such a job: postponed for a worker of
+    the newer release while ``UNKNOWN_TASK_GRACE`` lasts, then failed for good
+    (``versions.py``).
+    """
+
+
 class AttemptNotStartedError(Exception):
     """An attempt went back to its queue before a job thread took it.
 

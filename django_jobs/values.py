@@ -53,6 +53,8 @@ class Claimed:
     suspect: bool = False
     # The enqueuer's trace context, when it was traced (tracing.py).
     trace_context: dict[str, str] | None = None
+    # The enqueuer's version of the task (versions.py).
+    task_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)

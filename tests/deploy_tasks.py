@@ -13,3 +13,9 @@ from django_jobs import task
 @task(max_attempts=2)
 def shipped_later(value: int) -> int:
     return value * 2
+
+
+@task(version="2")
+def reworked(value: int) -> int:
+    """Version 2 of a task whose earlier versions' jobs it still runs."""
+    return value + 1

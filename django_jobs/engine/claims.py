@@ -39,6 +39,7 @@ CLAIM_FIELDS = (
     "lost_streak",
     "concurrency_key",
     "trace_context",
+    "task_version",
 )
 
 
@@ -116,6 +117,7 @@ def lease(db: str, worker: WorkerIdentity, rows: Sequence[Job]) -> list[Claimed]
             started_at=r.started_at or now,
             suspect=r.lost_streak > 0,
             trace_context=r.trace_context,
+            task_version=r.task_version,
         )
         for r, a in zip(rows, attempts, strict=True)
     ]

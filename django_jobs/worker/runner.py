@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from .. import registry, tracing
+from .. import registry, tracing, versions
 from ..attempt import AttemptControl
 from ..codec import from_json
 from ..exceptions import (
@@ -33,6 +33,7 @@ from ..exceptions import (
     ResultTooLargeError,
     StaleAttemptError,
     StepError,
+    TaskVersionError,
     UnknownTaskError,
     error_type,
 )
@@ -81,6 +82,9 @@ class TaskRunner:
         task = registry.get(claimed.task_name)
         if task is None:
             return self._unknown_task(claimed)
+        version = getattr(task, "version", "")
+        if not versions.runs(version, claimed.task_version):
+            return self._unknown_task(claimed, version)
         try:
             args = from_json(claimed.args, "args")
             kwargs = from_json(claimed.kwargs, "kwargs")
@@ -149,31 +153,46 @@ class TaskRunner:
             progress=control.take_progress(),
         )
 
-    def _unknown_task(self, claimed: Claimed) -> Report:
+    def _unknown_task(self, claimed: Claimed, version: str | None = None) -> Report:
         """Postpone a job whose task this worker lacks, until ``UNKNOWN_TASK_GRACE`` ends.
 
         During a rolling deploy the enqueuers may run new code before every
         worker does; failing such a job at once would lose it. Only after the
         grace (counted from the enqueue) is the task name taken to be wrong.
+        A worker that has the task only at an older ``version`` than the job's
+        (``versions.py``) lacks it the same way.
         """
         grace = self.settings.UNKNOWN_TASK_GRACE
         waited = (timezone.now() - claimed.enqueued_at).total_seconds()
         backoff = self.backend.retry_policy(None, claimed.max_attempts).backoff
         decision = unknown_task_decision(waited, grace, backoff, claimed.token)
         where = this_worker()
+        if version is None:
+            lacks = f"No task named {claimed.task_name!r} is registered in {where}"
+            wanted = "a worker that has it"
+            after = "none was found"
+            deploy = "workers that have the task"
+            error: type[Exception] = UnknownTaskError
+        else:
+            lacks = (
+                f"Task {claimed.task_name!r} is {_version(version)} in {where}, but the job "
+                f"was enqueued by {_version(claimed.task_version)}"
+            )
+            wanted = f"a worker of version {claimed.task_version} or later"
+            after = "no such worker took it"
+            deploy = f"workers of version {claimed.task_version} or later"
+            error = TaskVersionError
         if decision.verdict is Verdict.POSTPONE:
             message = (
-                f"No task named {claimed.task_name!r} is registered in {where}; postponed "
-                f"{decision.delay:.1f}s for a worker that has it ({grace - waited:.0f}s left of "
-                f"UNKNOWN_TASK_GRACE, {grace:g}s from enqueue). Is a deploy under way?"
+                f"{lacks}; postponed {decision.delay:.1f}s for {wanted} ({grace - waited:.0f}s "
+                f"left of UNKNOWN_TASK_GRACE, {grace:g}s from enqueue). Is a deploy under way?"
             )
         else:
             message = (
-                f"No task named {claimed.task_name!r} is registered in {where}, and none "
-                f"was found within UNKNOWN_TASK_GRACE ({grace:g}s from enqueue): failed for "
-                "good. Deploy workers that have the task, then retry the job."
+                f"{lacks}, and {after} within UNKNOWN_TASK_GRACE ({grace:g}s from enqueue): "
+                f"failed for good. Deploy {deploy}, then retry the job."
             )
-        return _failure(claimed, AttemptOutcome.FAILED, UnknownTaskError(message), decision)
+        return _failure(claimed, AttemptOutcome.FAILED, error(message), decision)
 
     def not_started(self, claimed: Claimed, waited: float) -> Report:
         """How an attempt claimed ahead and given back unstarted is recorded: not counted."""
@@ -245,6 +264,10 @@ class TaskRunner:
             run_after=claimed.started_at,
             last_error="",
         )
+
+
+def _version(version: str) -> str:
+    return f"version {version}" if version else "unversioned"
 
 
 def this_worker() -> str:

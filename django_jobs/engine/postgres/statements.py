@@ -224,7 +224,7 @@ def _claim_rest(*carried: str, then: str = "") -> str:
     RETURNING job.id, job.attempts, job.task_name, job.args, job.kwargs, job.queue,
               job.priority, job.max_attempts, job.timeout, job.tenant,
               job.idempotency_key, job.backend, job.enqueued_at, job.started_at,
-              job.lost_streak, job.run_after, job.trace_context{from_pick},
+              job.lost_streak, job.run_after, job.trace_context, job.task_version{from_pick},
               -- The attempt's id is taken here, so the attempt is written
               -- from this row alone: joining the CTEs back together was a
               -- nested loop over both, batch² comparisons (a quarter of a
@@ -243,16 +243,14 @@ def _claim_rest(*carried: str, then: str = "") -> str:
     FROM claimed
 ){then}
 -- The inserts above run to completion whether or not anything reads them.
-SELECT claimed.id AS job_id, claimed.attempt_id, claimed.attempts AS token,
-       claimed.task_name, claimed.args, claimed.kwargs, claimed.queue, claimed.priority,
-       claimed.max_attempts, claimed.timeout, claimed.tenant, claimed.idempotency_key,
-       claimed.backend, claimed.enqueued_at, claimed.started_at,
-       claimed.lost_streak > 0 AS suspect, claimed.trace_context,
+SELECT id AS job_id, attempt_id, attempts AS token, task_name, args, kwargs, queue,
+       priority, max_attempts, timeout, tenant, idempotency_key, backend, enqueued_at,
+       started_at, lost_streak > 0 AS suspect, trace_context, task_version,
        -- Where the claim leaves its queue, as text: it goes back as a
        -- parameter unchanged, and no time zone is converted on the way.
-       claimed.run_after::text AS position
+       run_after::text AS position
 FROM claimed
-ORDER BY claimed.priority DESC, claimed.run_after
+ORDER BY priority DESC, run_after
 
 """
 
