@@ -46,5 +46,9 @@ def order(version: str) -> tuple[int, ...]:
 
 
 def runs(worker: str, job: str) -> bool:
-    """Whether a worker whose task is at version ``worker`` may run a job of version ``job``."""
-    return order(worker) >= order(job)
+    """Whether a worker whose task is at version ``worker`` may run a job of version ``job``.
+
+    Asked for every job a worker runs; most are unversioned or of the
+    worker's own version, and those are answered without parsing either.
+    """
+    return job == worker or not job or order(worker) >= order(job)
