@@ -78,6 +78,11 @@ class Report:
     # (``exc_info``); only in the process that caught it: never pickled.
     exception: BaseException | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def started(self) -> bool:
+        """Whether a job thread took the attempt: not one given back unstarted."""
+        return self.outcome != AttemptOutcome.NOT_STARTED
+
     def portable(self) -> Report:
         """This report without the live exception, to send to another process."""
         return dataclasses.replace(self, exception=None)

@@ -58,7 +58,16 @@ def finish(
             (job.id, job.attempts): job
             for job in Job.objects.using(db)
             .select_for_update()
-            .only("id", "attempts", "state", "queue", "tenant", "concurrency_key", "batch_id")
+            .only(
+                "id",
+                "attempts",
+                "state",
+                "queue",
+                "tenant",
+                "concurrency_key",
+                "batch_id",
+                "leased_at",
+            )
             .filter(leased_by=worker_id, id__in=[r.job_id for r in reports])
             .order_by("id")
         }
@@ -125,7 +134,7 @@ def finish(
             if transition is Transition.SLEEP and report.wake_at is not None:
                 record_sleep(db, report.job_id, report.token, report.sleep_step, report.wake_at)
             if transition is Transition.GIVE_BACK:
-                refund_claim(db, rules, job, report.attempt_id)
+                refund_claim(db, rules, job)
             Attempt.objects.using(db).filter(
                 id=report.attempt_id, outcome=AttemptOutcome.RUNNING
             ).update(
@@ -144,7 +153,7 @@ def finish(
                 late_report=report.as_late_report()
             )
         # Jobs done, as --max-jobs counts them: not attempts given back unstarted.
-        jobs = sum(1 for report, _ in done.applied if report.outcome != AttemptOutcome.NOT_STARTED)
+        jobs = sum(1 for report, _ in done.applied if report.started)
         if jobs:
             Worker.objects.using(db).filter(id=worker_id).update(jobs_done=F("jobs_done") + jobs)
         release_dependents(
@@ -156,7 +165,7 @@ def finish(
 
 def _ran(report: Report) -> bool:
     """Whether the attempt's task ran: not one given back, nor one postponed unstarted."""
-    if report.outcome == AttemptOutcome.NOT_STARTED:
+    if not report.started:
         return False
     return report.decision is None or report.decision.verdict is not Verdict.POSTPONE
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from .. import fairness
 from ..conf import JobsOptions
 from ..limits import KeyCounts, RateLimit, within_key_limits
-from ..models import Attempt, FairClock, Job, QueueState, RateWindow
+from ..models import FairClock, Job, QueueState, RateWindow
 from ..retry import budget_window
 from ..states import Transition
 from ..values import Claimed, WorkerIdentity
@@ -141,16 +141,17 @@ def rate_window(db: str, queue: str, seconds: float, key: str = "") -> RateWindo
     return window
 
 
-def refund_claim(db: str, rules: JobsOptions, job: Job, attempt_id: int) -> None:
+def refund_claim(db: str, rules: JobsOptions, job: Job) -> None:
     """Take back what a claim counted for an attempt given back unstarted.
 
     Such an attempt (``worker/prefetch.py``) never ran, yet its claim spent a
     start of its rate windows, so a window started one job fewer than its
-    limit, and served its tenant a turn of a fair queue. The window is the
-    one holding the claim's moment (the attempt's ``started_at``); one
-    already over takes the refund harmlessly. The tenant's clock goes back by
-    one job (``1 / weight``): its next job ranks as the one given back did,
-    unless the queue's time has passed it meanwhile, and then nothing changes.
+    limit, and served its tenant a turn of a fair queue. ``job`` is its row
+    as the completion locked it, still leased: the window is the one holding
+    the claim's moment (``leased_at``); one already over takes the refund
+    harmlessly. The tenant's clock goes back by one job (``1 / weight``): its
+    next job ranks as the one given back did, unless the queue's time has
+    passed it meanwhile, and then nothing changes.
     """
     queue = job.queue
     if queue in rules.FAIR_QUEUES:
@@ -163,9 +164,9 @@ def refund_claim(db: str, rules: JobsOptions, job: Job, attempt_id: int) -> None
         windows.append(("", rules.RATE_LIMITS[queue][1]))
     if key and queue in rules.KEY_RATE_LIMITS:
         windows.append((key, rules.KEY_RATE_LIMITS[queue][1]))
-    if not windows:
+    claimed_at = job.leased_at
+    if claimed_at is None:  # every claim stamps it; only a row written by hand lacks it
         return
-    claimed_at = Attempt.objects.using(db).get(id=attempt_id).started_at
     for window_key, seconds in windows:
         RateWindow.objects.using(db).filter(
             queue=queue,

@@ -67,7 +67,7 @@ def finished(
             continue
         queue, task = attempt.claimed.queue, attempt.claimed.task_name
         outcomes[queue, task, report.outcome.value] += 1
-        if report.outcome == AttemptOutcome.NOT_STARTED:
+        if not report.started:
             continue  # no run to time, and no retry: it never ran
         _child(metrics.duration, queue, task).observe(now - attempt.control.started)
         if state == JobState.QUEUED and report.outcome in _RETRIED:

@@ -201,7 +201,7 @@ class Completer:
     def _written(self, batch: list[Outcome], reports: list[Report], done: Finished) -> None:
         ended = self.running.end(_key(outcome) for outcome in batch)
         # What --max-jobs counts: jobs run, not attempts given back unstarted.
-        self.jobs_done += sum(1 for r in reports if r.outcome != AttemptOutcome.NOT_STARTED)
+        self.jobs_done += sum(1 for r in reports if r.started)
         _log(done, ended)
         record.finished(done.applied, ended)
         # Django's task_finished, sent once the batch is applied, in its order.

@@ -178,8 +178,6 @@ class Producer:
             return []
 
         def claim() -> list[Claimed]:
-            if not now + ahead:
-                return []
             return self.engine.claim(self.identity, self.queues, now, ahead)
 
         return self.completer.write(claim, otherwise=[])
