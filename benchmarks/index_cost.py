@@ -1,0 +1,176 @@
+"""What each index costs a drained job: W2 drains with one index dropped, against all of them.
+
+A job's row is written three times (enqueued, claimed, ended) and its attempt
+twice (claimed, ended). An update that changes an indexed column, or a column
+of an index's predicate, is not HOT: the new row version enters every index
+whose predicate it meets. So every index a running or finished job meets costs
+each job an index entry or two, and this measures how much, by draining the
+same no-op jobs with the index in place and with it dropped, turn about.
+
+Per case it reports the drain rate (``benchmarks.drain``), the CPU per job of
+the workers (the ``runworkers`` process tree, from ``getrusage``) and of the
+whole PostgreSQL server (every ``postgres`` process, exited backends counted
+through the postmaster), and the share of the job and attempt tables' updates
+that were HOT. The server figure is server-wide: run it on a quiet machine.
+Each dropped index is made again from its own definition before the next case.
+Run from the repository root, with the benchmark virtualenv:
+
+    benchmarks/.venv/bin/python -m benchmarks.index_cost --rounds 4 \\
+        --index django_jobs_recent_idx --index django_jobs_attempt_ended_idx
+
+Not a test and not a recommendation: every index here serves a query of the
+claim, the lifeline, the admin or the dashboard (see each one's comment in
+``django_jobs/models.py``); this says what that query costs the hot path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shlex
+import statistics
+from pathlib import Path
+
+from benchmarks import drain
+
+TICKS = os.sysconf("SC_CLK_TCK")
+TABLES = ("django_jobs_job", "django_jobs_attempt")
+_FORMATS = {"jobs/s": ",.0f", "job HOT %": ".0f", "attempt HOT %": ".0f"}
+
+
+def server_cpu(postmaster: int) -> float:
+    """CPU seconds of every PostgreSQL process, exited children included via the postmaster."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "postgres":
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+        total += utime + stime
+        if int(entry.name) == postmaster:
+            total += cutime + cstime
+    return total / TICKS
+
+
+def postmaster_pid() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW data_directory")
+        directory = cursor.fetchone()[0]
+    return int((Path(directory) / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
+def updates() -> dict[str, tuple[int, int]]:
+    """(updates, HOT updates) per table, as the statistics have them now."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE relname = ANY(%s)",
+            [list(TABLES)],
+        )
+        return {name: (updated, hot) for name, updated, hot in cursor.fetchall()}
+
+
+def definition(index: str) -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [index])
+        row = cursor.fetchone()
+    if row is None:
+        raise SystemExit(f"no index named {index!r} in the benchmark database")
+    return str(row[0])
+
+
+def execute(sql: str) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+
+
+def measure(args: list[str], jobs: int, postmaster: int) -> dict[str, float]:
+    drain.queue_jobs(jobs)
+    server, children, before = (
+        server_cpu(postmaster),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+        updates(),
+    )
+    rate = drain.drain(args)
+    server = server_cpu(postmaster) - server
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    worker = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    result = {
+        "jobs/s": rate,
+        "server ms/job": 1000 * server / jobs,
+        "worker ms/job": 1000 * worker / jobs,
+    }
+    for table, (updated, hot) in updates().items():
+        updated -= before.get(table, (0, 0))[0]
+        hot -= before.get(table, (0, 0))[1]
+        result[f"{table.removeprefix('django_jobs_')} HOT %"] = (
+            100 * hot / updated if updated else 0.0
+        )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--index", action="append", required=True, help="an index to drop (repeatable)"
+    )
+    parser.add_argument("--jobs", type=int, default=30000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", default="-p 2 -c 64", help="runworkers arguments (W2 best)")
+    options = parser.parse_args()
+    drain.setup_django()
+    drain.ensure_database()
+    postmaster = postmaster_pid()
+    args = shlex.split(options.workers)
+    for index in options.index:
+        made = definition(index)
+        cases = {"with it": made, "dropped": f"DROP INDEX {index}"}
+        results: dict[str, list[dict[str, float]]] = {case: [] for case in cases}
+        try:
+            for round_ in range(options.rounds):
+                order = list(cases) if round_ % 2 == 0 else list(cases)[::-1]
+                for case in order:
+                    if case == "with it":
+                        execute(made.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+                    else:
+                        execute(f"DROP INDEX IF EXISTS {index}")
+                    results[case].append(measure(args, options.jobs, postmaster))
+        finally:
+            execute(made.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+        print(
+            f"\n{index} ({options.rounds} rounds of {options.jobs:,} jobs, "
+            f"{options.workers}), medians:"
+        )
+        for case, runs in results.items():
+            medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+            print(
+                f"  {case:<8} "
+                + "  ".join(
+                    f"{key} {value:{_FORMATS.get(key, '.3f')}}" for key, value in medians.items()
+                )
+            )
+        pairs = zip(results["with it"], results["dropped"], strict=True)
+        ratios = [dropped["server ms/job"] / kept["server ms/job"] for kept, dropped in pairs]
+        print(
+            "  server CPU dropped / with it, round by round: "
+            + ", ".join(f"{ratio:.2f}" for ratio in ratios)
+        )
+
+
+if __name__ == "__main__":
+    main()
