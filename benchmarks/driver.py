@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument(
         "--overload-seconds", type=float, help="W6: how long to offer more than capacity"
     )
+    parser.add_argument("--backlog", type=int, help="W4: finished jobs already in the table")
     parser.add_argument("--pressure-pin", choices=["idle", "readers"], help="W7: what pins")
     parser.add_argument("--pressure-phases", help="W7: clean,pinned,recovery seconds")
     parser.add_argument("--pressure-rate", type=float, help="W7: jobs/s offered")
@@ -107,6 +108,8 @@ def main() -> None:
     )
     if options.overload_seconds is not None:
         sizes = dataclasses.replace(sizes, overload_seconds=options.overload_seconds)
+    if options.backlog is not None:
+        sizes = dataclasses.replace(sizes, backlog=options.backlog)
     if options.pressure_pin is not None:
         sizes = dataclasses.replace(sizes, pressure_pin=options.pressure_pin)
     if options.pressure_phases is not None:

@@ -87,6 +87,8 @@ def run_driver(peer: str, run: int, options: argparse.Namespace, raw: Path) -> d
     argv += ["--create-db", "--only", options.workloads]
     if options.quick:
         argv.append("--quick")
+    if options.backlog is not None:
+        argv += ["--backlog", str(options.backlog)]
     log = raw / f"run{run}-{peer}.log"
     started = time.monotonic()
     with log.open("w") as stderr:
@@ -119,6 +121,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes")
     parser.add_argument("--only", default=",".join(PEERS), help="comma-separated peers")
     parser.add_argument("--workloads", default="w1,w2,w3,w4")
+    parser.add_argument(
+        "--backlog", type=int, help="W4: finished jobs already in the table (default 200,000)"
+    )
     parser.add_argument("--peer-timeout", type=float, default=3600)
     parser.add_argument("--no-venv", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -140,6 +145,7 @@ def main() -> None:
             "at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "runs": len(runs),
             "quick": options.quick,
+            "backlog": options.backlog,
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),
             "postgres": _server_version(),
