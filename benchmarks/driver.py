@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks import pg, workloads
 from benchmarks.peers import ADAPTERS, load
-from benchmarks.run import BENCH, ROOT
+from benchmarks.run import BENCH, ROOT, at_least_one
 
 
 def compile_sources() -> None:
@@ -93,7 +93,9 @@ def main() -> None:
     parser.add_argument(
         "--overload-seconds", type=float, help="W6: how long to offer more than capacity"
     )
-    parser.add_argument("--backlog", type=int, help="W4: finished jobs already in the table")
+    parser.add_argument(
+        "--backlog", type=at_least_one, help="W4: finished jobs already in the table"
+    )
     parser.add_argument("--pressure-pin", choices=["idle", "readers"], help="W7: what pins")
     parser.add_argument("--pressure-phases", help="W7: clean,pinned,recovery seconds")
     parser.add_argument("--pressure-rate", type=float, help="W7: jobs/s offered")

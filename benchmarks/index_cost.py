@@ -33,6 +33,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks import drain
+from benchmarks.run import at_least_one
 
 TICKS = os.sysconf("SC_CLK_TCK")
 TABLES = ("django_jobs_job", "django_jobs_attempt")
@@ -129,8 +130,8 @@ def main() -> None:
     parser.add_argument(
         "--index", action="append", required=True, help="an index to drop (repeatable)"
     )
-    parser.add_argument("--jobs", type=int, default=30000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=at_least_one, default=30000)
+    parser.add_argument("--rounds", type=at_least_one, default=3)
     parser.add_argument("--workers", default="-p 2 -c 64", help="runworkers arguments (W2 best)")
     options = parser.parse_args()
     drain.setup_django()
@@ -138,20 +139,18 @@ def main() -> None:
     postmaster = postmaster_pid()
     args = shlex.split(options.workers)
     for index in options.index:
-        made = definition(index)
-        cases = {"with it": made, "dropped": f"DROP INDEX {index}"}
-        results: dict[str, list[dict[str, float]]] = {case: [] for case in cases}
+        # "CREATE [UNIQUE] INDEX name ON ...", made again only where missing.
+        make = definition(index).replace(" INDEX ", " INDEX IF NOT EXISTS ", 1)
+        setups = {"with it": make, "dropped": f"DROP INDEX IF EXISTS {index}"}
+        results: dict[str, list[dict[str, float]]] = {case: [] for case in setups}
         try:
             for round_ in range(options.rounds):
-                order = list(cases) if round_ % 2 == 0 else list(cases)[::-1]
+                order = list(setups) if round_ % 2 == 0 else list(setups)[::-1]
                 for case in order:
-                    if case == "with it":
-                        execute(made.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
-                    else:
-                        execute(f"DROP INDEX IF EXISTS {index}")
+                    execute(setups[case])
                     results[case].append(measure(args, options.jobs, postmaster))
         finally:
-            execute(made.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+            execute(make)
         print(
             f"\n{index} ({options.rounds} rounds of {options.jobs:,} jobs, "
             f"{options.workers}), medians:"

@@ -58,6 +58,13 @@ def ensure_venv() -> None:
     stamp.write_text(want)
 
 
+def at_least_one(text: str) -> int:
+    """An argument that counts something: a whole number, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def ensure_redis() -> None:
     try:
         ok = subprocess.run(["redis-cli", "ping"], capture_output=True, text=True, timeout=5)
@@ -122,7 +129,9 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(PEERS), help="comma-separated peers")
     parser.add_argument("--workloads", default="w1,w2,w3,w4")
     parser.add_argument(
-        "--backlog", type=int, help="W4: finished jobs already in the table (default 200,000)"
+        "--backlog",
+        type=at_least_one,
+        help="W4: finished jobs already in the table (default 200,000)",
     )
     parser.add_argument("--peer-timeout", type=float, default=3600)
     parser.add_argument("--no-venv", action="store_true", help=argparse.SUPPRESS)
