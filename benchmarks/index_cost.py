@@ -9,9 +9,9 @@ same no-op jobs with the index in place and with it dropped, turn about.
 
 Per case it reports the drain rate (``benchmarks.drain``), the CPU per job of
 the workers (the ``runworkers`` process tree, from ``getrusage``) and of the
-whole PostgreSQL server (every ``postgres`` process, exited backends counted
-through the postmaster), and the share of the job and attempt tables' updates
-that were HOT. The server figure is server-wide: run it on a quiet machine.
+backends serving the benchmark database and the WAL per job (both by W2's own
+meter, ``benchmarks.cost.CostMeter``), and the share of the job and attempt
+tables' updates that were HOT. Run it on a quiet machine.
 Each dropped index is made again from its own definition before the next case.
 Run from the repository root, with the benchmark virtualenv:
 
@@ -26,46 +26,16 @@ claim, the lifeline, the admin or the dashboard (see each one's comment in
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shlex
 import statistics
-from pathlib import Path
 
 from benchmarks import drain
+from benchmarks.cost import CostMeter
 from benchmarks.run import at_least_one
 
-TICKS = os.sysconf("SC_CLK_TCK")
 TABLES = ("django_jobs_job", "django_jobs_attempt")
-_FORMATS = {"jobs/s": ",.0f", "job HOT %": ".0f", "attempt HOT %": ".0f"}
-
-
-def server_cpu(postmaster: int) -> float:
-    """CPU seconds of every PostgreSQL process, exited children included via the postmaster."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "comm").read_text().strip() != "postgres":
-                continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
-        total += utime + stime
-        if int(entry.name) == postmaster:
-            total += cutime + cstime
-    return total / TICKS
-
-
-def postmaster_pid() -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW data_directory")
-        directory = cursor.fetchone()[0]
-    return int((Path(directory) / "postmaster.pid").read_text().split("\n", 1)[0])
+_FORMATS = {"jobs/s": ",.0f", "WAL bytes/job": ",.0f", "job HOT %": ".0f", "attempt HOT %": ".0f"}
 
 
 def updates() -> dict[str, tuple[int, int]]:
@@ -100,21 +70,21 @@ def execute(sql: str) -> None:
         cursor.execute(sql)
 
 
-def measure(args: list[str], jobs: int, postmaster: int) -> dict[str, float]:
+def measure(args: list[str], jobs: int) -> dict[str, float]:
+    from django.db import connection
+
     drain.queue_jobs(jobs)
-    server, children, before = (
-        server_cpu(postmaster),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
-        updates(),
-    )
-    rate = drain.drain(args)
-    server = server_cpu(postmaster) - server
+    children, before = resource.getrusage(resource.RUSAGE_CHILDREN), updates()
+    with CostMeter(connection.settings_dict["NAME"], roots=[]) as meter:
+        rate = drain.drain(args)
+    cost = meter.result(jobs)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     worker = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
     result = {
         "jobs/s": rate,
-        "server ms/job": 1000 * server / jobs,
+        "server ms/job": cost["server_cpu_ms_per_job"],
         "worker ms/job": 1000 * worker / jobs,
+        "WAL bytes/job": cost["wal_bytes_per_job"],
     }
     for table, (updated, hot) in updates().items():
         updated -= before.get(table, (0, 0))[0]
@@ -136,7 +106,6 @@ def main() -> None:
     options = parser.parse_args()
     drain.setup_django()
     drain.ensure_database()
-    postmaster = postmaster_pid()
     args = shlex.split(options.workers)
     for index in options.index:
         # "CREATE [UNIQUE] INDEX name ON ...", made again only where missing.
@@ -148,7 +117,7 @@ def main() -> None:
                 order = list(setups) if round_ % 2 == 0 else list(setups)[::-1]
                 for case in order:
                     execute(setups[case])
-                    results[case].append(measure(args, options.jobs, postmaster))
+                    results[case].append(measure(args, options.jobs))
         finally:
             execute(make)
         print(

@@ -33,43 +33,45 @@ import time
 import uuid
 from collections.abc import Callable
 
+import psycopg
+
 from benchmarks import pg
 from benchmarks.drain import no_jobs
 
 W3_GAP = 0.5  # benchmarks.workloads.Sizes.probe_gap
 
 
-def raw_cases() -> tuple[dict[str, Callable[[], object]], Callable[[], object]]:
-    """The calls on connections of their own, and the enqueuer's commit on another."""
-    from django.db import connection
+Case = tuple[Callable[[], object], Callable[[], object]]  # (ready it, the call)
 
-    durable = pg.connect(connection.settings_dict["NAME"])
-    durable.autocommit = True
+
+def _nothing() -> None:
+    return None
+
+
+def raw_cases(db: str) -> tuple[dict[str, Case], Callable[[], object]]:
+    """The calls on connections of their own, and the enqueuer's commit on another."""
+    durable, lazy, enqueuer = (psycopg.connect(pg.dsn(db), autocommit=True) for _ in range(3))
     durable.execute("CREATE TABLE IF NOT EXISTS pickup_floor (id bigserial PRIMARY KEY, v text)")
-    lazy = pg.connect(connection.settings_dict["NAME"])
-    lazy.autocommit = True
     lazy.execute("SET synchronous_commit = off")
-    enqueuer = pg.connect(connection.settings_dict["NAME"])
-    enqueuer.autocommit = True
     insert = "INSERT INTO pickup_floor (v) VALUES (%s)"
-    cases: dict[str, Callable[[], object]] = {
-        "SELECT 1": lambda: durable.execute("SELECT 1", prepare=True),
-        "INSERT, autocommit": lambda: durable.execute(insert, ["x"], prepare=True),
-        "INSERT, autocommit, synchronous_commit off": lambda: lazy.execute(
-            insert, ["x"], prepare=True
+    cases: dict[str, Case] = {
+        "SELECT 1": (_nothing, lambda: durable.execute("SELECT 1", prepare=True)),
+        "INSERT, autocommit": (_nothing, lambda: durable.execute(insert, ["x"], prepare=True)),
+        "INSERT, autocommit, synchronous_commit off": (
+            _nothing,
+            lambda: lazy.execute(insert, ["x"], prepare=True),
         ),
     }
     return cases, lambda: enqueuer.execute(insert, ["enqueued"], prepare=True)
 
 
-def claim_case() -> tuple[Callable[[], object], Callable[[], object]]:
-    """The claim as an idle worker makes it, and what readies the job it takes."""
+def claim_case() -> Case:
+    """The claim as an idle worker makes it, readied by enqueuing the job it takes."""
     from benchmarks.benchapp.tasks import noop
     from django_jobs.backend import jobs_backend
     from django_jobs.values import WorkerIdentity
 
-    backend = jobs_backend("default")
-    engine = backend.engine
+    engine = jobs_backend("default").engine
     worker = WorkerIdentity(id=uuid.uuid4(), name=f"{socket.gethostname()}:{os.getpid()}")
     queues = (noop.queue_name,)
     engine.register_worker(worker, "default", socket.gethostname(), os.getpid(), queues, 16)
@@ -79,15 +81,24 @@ def claim_case() -> tuple[Callable[[], object], Callable[[], object]]:
         assert len(got) == 1, got
         return got
 
-    return claim, noop.enqueue
+    return noop.enqueue, claim
 
 
-def timed(case: Callable[[], object], gap: float, wake: Callable[[], object]) -> float:
-    """The call's time after ``gap`` seconds of idleness that a commit elsewhere ended."""
+def timed(case: Case, gap: float, wake: Callable[[], object]) -> float:
+    """The call's time after ``gap`` seconds of idleness that a commit elsewhere ended.
+
+    Back to back (no gap), the call is made once before, untimed, so that the
+    timed one finds everything awake.
+    """
+    ready, call = case
+    if not gap:
+        ready()
+        call()
+    ready()
     time.sleep(gap)
     wake()
     started = time.perf_counter()
-    case()
+    call()
     return (time.perf_counter() - started) * 1e6
 
 
@@ -97,34 +108,25 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=W3_GAP, help="idle seconds before a call")
     options = parser.parse_args()
     no_jobs()
-    cases, wake = raw_cases()
-    claim, ready = claim_case()
-    cases["django-jobs claim of one job, autocommit"] = claim
+    from django.db import connection
+
+    db = connection.settings_dict["NAME"]
+    cases, wake = raw_cases(db)
+    cases["django-jobs claim of one job, autocommit"] = claim_case()
+    gaps = {"back to back": 0.0, "idle": options.gap}
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(options.calls):
-        for gap_name, gap in (("back to back", 0.0), ("idle", options.gap)):
+        for gap_name, gap in gaps.items():
             for name, case in cases.items():
-                if case is claim:
-                    ready()
-                if gap == 0.0:
-                    case()  # the call before, so that this one finds everything awake
-                    if case is claim:
-                        ready()
                 times.setdefault((name, gap_name), []).append(timed(case, gap, wake))
     # The jobs, their attempts and the worker the claims were made as.
-    pg.execute(_db(), "TRUNCATE django_jobs_job, django_jobs_worker CASCADE")
-    pg.execute(_db(), "DROP TABLE IF EXISTS pickup_floor")
+    pg.execute(db, "TRUNCATE django_jobs_job, django_jobs_worker CASCADE")
+    pg.execute(db, "DROP TABLE IF EXISTS pickup_floor")
     print(f"\n{'case':<46} {'back to back µs':>16} {f'{options.gap:g} s idle µs':>16}")
     for name in cases:
         busy = statistics.median(times[(name, "back to back")])
         idle = statistics.median(times[(name, "idle")])
         print(f"{name:<46} {busy:>16,.0f} {idle:>16,.0f}")
-
-
-def _db() -> str:
-    from django.db import connection
-
-    return str(connection.settings_dict["NAME"])
 
 
 if __name__ == "__main__":
