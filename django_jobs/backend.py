@@ -173,17 +173,31 @@ class JobsBackend(BaseTaskBackend):
             self.depth.check(self.db, task.queue_name, limit)
         text = (encoded.args_json, encoded.kwargs_json)
         rule = rule_of(task) if isinstance(task, JobTask) else None
-        outcomes: list[EnqueueOutcome] = []
+        # One result a job, built once: the result returned is the one
+        # task_enqueued carries, as enqueue_many's and Django's own backends'
+        # are. In autocommit the signal goes before accept() returns; a
+        # deferred insert (a transaction open elsewhere) may announce another
+        # job than the one it predicted and returned.
+        results: dict[uuid.UUID, JobResult[P, T]] = {}
+
+        def result(stored: Job, outcome: EnqueueOutcome) -> JobResult[P, T]:
+            if stored.id not in results:
+                results[stored.id] = build(task, stored, [], outcome)
+            return results[stored.id]
 
         def write() -> Job:
             stored, outcome = accept(
-                self.engine, job, text, lambda j: self._announce(task, j), after, rule
+                self.engine,
+                job,
+                text,
+                lambda j: self._announce(result(j, EnqueueOutcome.CREATED)),
+                after,
+                rule,
             )
-            outcomes.append(outcome)
+            result(stored, outcome)
             return stored
 
-        stored = tracing.sending(job, write)
-        return build(task, stored, [], outcomes[0])
+        return results[tracing.sending(job, write).id]
 
     def enqueue_many(
         self,
@@ -299,12 +313,11 @@ class JobsBackend(BaseTaskBackend):
             "timeout": options.timeout if options else None,
         }
 
-    def _announce(self, task: Task[Any, Any], job: Job) -> None:
+    def _announce(self, result: JobResult[Any, Any]) -> None:
         from .metrics import record
-        from .results import build
 
-        record.enqueued(job.queue, job.task_name)
-        task_enqueued.send(type(self), task_result=build(task, job, []))
+        record.enqueued(result.queue, result.task.module_path)
+        task_enqueued.send(type(self), task_result=result)
 
     # -- results ------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from django_jobs import (
     ArgumentsNotJSONError,
+    EnqueueOutcome,
     InvalidJobOptionError,
     JobState,
     PayloadTooLargeError,
@@ -75,6 +76,22 @@ def test_enqueue__sends_task_enqueued_only_after_commit(pg: None) -> None:
         assert seen == [result.id]
     finally:
         task_enqueued.disconnect(receiver)
+
+
+def test_enqueue__task_enqueued_carries_the_very_result_enqueue_returned(pg: None) -> None:
+    seen: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(task_result)
+
+    task_enqueued.connect(receiver)
+    try:
+        with transaction.atomic():
+            result = tasks.add.enqueue(1, 2)
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert len(seen) == 1
+    assert (seen[0] is result, result.enqueue_outcome) == (True, EnqueueOutcome.CREATED)
 
 
 def test_enqueue__async_enqueue_stores_the_job(pg: None) -> None:

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobs import EnqueueOutcome, InvalidJobOptionError, JobState, enqueue_many
+from django_jobs.framework import task_enqueued
 from django_jobs.models import Job, JobEvent
 from django_jobs.testing import drain
 from tests.conftest import ROOT, listen_for_wakeups, run_in_processes
@@ -141,6 +142,26 @@ def test_unique__jobs_in_another_database_are_decided_again_at_the_deferred_inse
 
     assert [r.enqueue_outcome for r in (first, second)] == [EnqueueOutcome.CREATED] * 2
     assert [(str(j.id), j.args) for j in jobs("sqlite")] == [(first.id, [1, 2])]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_unique__a_deferred_insert_announces_only_the_job_it_wrote() -> None:
+    seen: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(task_result)
+
+    task_enqueued.connect(receiver)
+    try:
+        with transaction.atomic():  # on default: the sqlite backend's inserts wait for its commit
+            first = tasks.add.using(backend="sqlite", unique_key="k").enqueue(1, 2)
+            tasks.add.using(backend="sqlite", unique_key="k").enqueue(3, 4)
+    finally:
+        task_enqueued.disconnect(receiver)
+
+    assert len(seen) == 1
+    assert (seen[0] is first, first.id) == (True, str(jobs("sqlite")[0].id))
 
 
 # -- debounce -----------------------------------------------------------------------
