@@ -79,7 +79,7 @@ def test_every_workload_runs_at_tiny_size_for_django_jobs() -> None:
     # window; the machine cannot be busier than all of it.
     assert max(w["producer_cores"] for w in windows) > 0
     assert all(0 < w["machine_busy"] <= 1 for w in windows)
-    for phase in ("clean", "pinned", "recovery"):
+    for phase in ("clean", "pinned", "recovering", "recovered"):
         assert result["w7"][phase]["completed_s"] > 0
         assert result["w7"][phase]["probes_not_started"] == 0
 
