@@ -30,7 +30,7 @@ import resource
 import shlex
 import statistics
 
-from benchmarks import drain
+from benchmarks import drain, pg
 from benchmarks.cost import CostMeter
 from benchmarks.run import at_least_one
 
@@ -38,44 +38,27 @@ TABLES = ("django_jobs_job", "django_jobs_attempt")
 _FORMATS = {"jobs/s": ",.0f", "WAL bytes/job": ",.0f", "job HOT %": ".0f", "attempt HOT %": ".0f"}
 
 
-def updates() -> dict[str, tuple[int, int]]:
-    """(updates, HOT updates) per table, as the statistics have them now."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
-            "WHERE relname = ANY(%s)",
-            [list(TABLES)],
-        )
-        return {name: (updated, hot) for name, updated, hot in cursor.fetchall()}
+def updates(db: str) -> dict[str, tuple[int, int]]:
+    """(updates, HOT updates) per table, as a new session's statistics have them now."""
+    rows = pg.execute(
+        db,
+        "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+        [list(TABLES)],
+    )
+    return {name: (updated, hot) for name, updated, hot in rows}
 
 
-def definition(index: str) -> str:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [index])
-        row = cursor.fetchone()
-    if row is None:
+def definition(db: str, index: str) -> str:
+    found = pg.scalar(db, "SELECT indexdef FROM pg_indexes WHERE indexname = %s", [index])
+    if found is None:
         raise SystemExit(f"no index named {index!r} in the benchmark database")
-    return str(row[0])
+    return str(found)
 
 
-def execute(sql: str) -> None:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-
-
-def measure(args: list[str], jobs: int) -> dict[str, float]:
-    from django.db import connection
-
+def measure(db: str, args: list[str], jobs: int) -> dict[str, float]:
     drain.queue_jobs(jobs)
-    children, before = resource.getrusage(resource.RUSAGE_CHILDREN), updates()
-    with CostMeter(connection.settings_dict["NAME"], roots=[]) as meter:
+    children, before = resource.getrusage(resource.RUSAGE_CHILDREN), updates(db)
+    with CostMeter(db, roots=[]) as meter:
         rate = drain.drain(args)
     cost = meter.result(jobs)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -86,7 +69,7 @@ def measure(args: list[str], jobs: int) -> dict[str, float]:
         "worker ms/job": 1000 * worker / jobs,
         "WAL bytes/job": cost["wal_bytes_per_job"],
     }
-    for table, (updated, hot) in updates().items():
+    for table, (updated, hot) in updates(db).items():
         updated -= before.get(table, (0, 0))[0]
         hot -= before.get(table, (0, 0))[1]
         result[f"{table.removeprefix('django_jobs_')} HOT %"] = (
@@ -106,20 +89,23 @@ def main() -> None:
     options = parser.parse_args()
     drain.setup_django()
     drain.ensure_database()
+    from django.db import connection
+
+    db = connection.settings_dict["NAME"]
     args = shlex.split(options.workers)
     for index in options.index:
         # "CREATE [UNIQUE] INDEX name ON ...", made again only where missing.
-        make = definition(index).replace(" INDEX ", " INDEX IF NOT EXISTS ", 1)
+        make = definition(db, index).replace(" INDEX ", " INDEX IF NOT EXISTS ", 1)
         setups = {"with it": make, "dropped": f"DROP INDEX IF EXISTS {index}"}
         results: dict[str, list[dict[str, float]]] = {case: [] for case in setups}
         try:
             for round_ in range(options.rounds):
                 order = list(setups) if round_ % 2 == 0 else list(setups)[::-1]
                 for case in order:
-                    execute(setups[case])
-                    results[case].append(measure(args, options.jobs))
+                    pg.execute(db, setups[case])
+                    results[case].append(measure(db, args, options.jobs))
         finally:
-            execute(make)
+            pg.execute(db, make)
         print(
             f"\n{index} ({options.rounds} rounds of {options.jobs:,} jobs, "
             f"{options.workers}), medians:"

@@ -338,6 +338,21 @@ def listen_for_wakeups() -> Any:
     return conn
 
 
+@contextmanager
+def results_sent(signal: Any) -> Iterator[list[Any]]:
+    """The ``task_result`` of each sending of a Django Tasks signal while the block runs."""
+    sent: list[Any] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        sent.append(task_result)
+
+    signal.connect(receiver)
+    try:
+        yield sent
+    finally:
+        signal.disconnect(receiver)
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -31,7 +31,7 @@ from django_jobs.framework import Task, TaskResultDoesNotExist, TaskResultStatus
 from django_jobs.models import Job
 from django_jobs.results import JobResult
 from django_jobs.testing import drain
-from tests.conftest import backend_settings, listen_for_wakeups
+from tests.conftest import backend_settings, listen_for_wakeups, results_sent
 from tests.testapp import tasks
 from tests.testapp.models import Order
 
@@ -63,35 +63,18 @@ def test_enqueue__committed_transaction_stores_the_job(pg: None) -> None:
 
 
 def test_enqueue__sends_task_enqueued_only_after_commit(pg: None) -> None:
-    seen: list[str] = []
-
-    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.append(task_result.id)
-
-    task_enqueued.connect(receiver)
-    try:
+    with results_sent(task_enqueued) as sent:
         with transaction.atomic():
             result = tasks.add.enqueue(1, 2)
-            assert seen == []
-        assert seen == [result.id]
-    finally:
-        task_enqueued.disconnect(receiver)
+            assert sent == []
+        assert [r.id for r in sent] == [result.id]
 
 
 def test_enqueue__task_enqueued_carries_the_very_result_enqueue_returned(pg: None) -> None:
-    seen: list[Any] = []
-
-    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.append(task_result)
-
-    task_enqueued.connect(receiver)
-    try:
-        with transaction.atomic():
-            result = tasks.add.enqueue(1, 2)
-    finally:
-        task_enqueued.disconnect(receiver)
-    assert len(seen) == 1
-    assert (seen[0] is result, result.enqueue_outcome) == (True, EnqueueOutcome.CREATED)
+    with results_sent(task_enqueued) as sent, transaction.atomic():
+        result = tasks.add.enqueue(1, 2)
+    assert len(sent) == 1
+    assert (sent[0] is result, result.enqueue_outcome) == (True, EnqueueOutcome.CREATED)
 
 
 def test_enqueue__async_enqueue_stores_the_job(pg: None) -> None:
@@ -182,22 +165,13 @@ def test_enqueue__same_idempotency_key_returns_the_existing_job(pg: None) -> Non
 def test_enqueue__a_key_taken_in_the_same_transaction_returns_its_job_announced_once(
     pg: None,
 ) -> None:
-    sent: list[str] = []
-
-    def count(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        sent.append(task_result.id)
-
-    task_enqueued.connect(count)
-    try:
-        with listen_for_wakeups() as listener:
-            with transaction.atomic():
-                first = tasks.add.using(idempotency_key="order-2").enqueue(1, 2)
-                second = tasks.add.using(idempotency_key="order-2").enqueue(3, 4)
-            notes = [n.payload for n in listener.notifies(timeout=0.5)]
-    finally:
-        task_enqueued.disconnect(count)
+    with results_sent(task_enqueued) as sent, listen_for_wakeups() as listener:
+        with transaction.atomic():
+            first = tasks.add.using(idempotency_key="order-2").enqueue(1, 2)
+            second = tasks.add.using(idempotency_key="order-2").enqueue(3, 4)
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
     assert (second.id, second.args, job_count()) == (first.id, [1, 2], 1)
-    assert (sent, notes) == ([first.id], ["default"])
+    assert ([r.id for r in sent], notes) == ([first.id], ["default"])
 
 
 def test_enqueue__idempotency_scope_is_task_and_tenant(pg: None) -> None:
@@ -623,19 +597,10 @@ def test_enqueue_many__wakes_workers_once(pg: None) -> None:
 
 
 def test_enqueue_many__sends_task_enqueued_for_each_job_after_commit(pg: None) -> None:
-    seen: list[str] = []
-
-    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.append(task_result.id)
-
-    task_enqueued.connect(receiver)
-    try:
-        with transaction.atomic():
-            results = enqueue_many(tasks.add, [((n, n), {}) for n in range(3)])
-            assert seen == []
-    finally:
-        task_enqueued.disconnect(receiver)
-    assert seen == [r.id for r in results]
+    with results_sent(task_enqueued) as sent, transaction.atomic():
+        results = enqueue_many(tasks.add, [((n, n), {}) for n in range(3)])
+        assert sent == []
+    assert [r.id for r in sent] == [r.id for r in results]
 
 
 def test_enqueue_many__sends_task_enqueued_to_sync_and_async_receivers_alike(pg: None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing
+import uuid
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from django_jobs import EnqueueOutcome, InvalidJobOptionError, JobState, enqueue
 from django_jobs.framework import task_enqueued
 from django_jobs.models import Job, JobEvent
 from django_jobs.testing import drain
-from tests.conftest import ROOT, listen_for_wakeups, run_in_processes
+from tests.conftest import ROOT, listen_for_wakeups, results_sent, run_in_processes
 from tests.testapp import tasks
 
 HOUR = dt.timedelta(hours=1)
@@ -147,21 +148,33 @@ def test_unique__jobs_in_another_database_are_decided_again_at_the_deferred_inse
 @pytest.mark.postgres
 @pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
 def test_unique__a_deferred_insert_announces_only_the_job_it_wrote() -> None:
-    seen: list[Any] = []
+    # The atomic() is on default: the sqlite backend's inserts wait for its commit.
+    with results_sent(task_enqueued) as sent, transaction.atomic():
+        first = tasks.add.using(backend="sqlite", unique_key="k").enqueue(1, 2)
+        tasks.add.using(backend="sqlite", unique_key="k").enqueue(3, 4)
 
-    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.append(task_result)
+    assert len(sent) == 1
+    assert (sent[0] is first, first.id) == (True, str(jobs("sqlite")[0].id))
 
-    task_enqueued.connect(receiver)
-    try:
-        with transaction.atomic():  # on default: the sqlite backend's inserts wait for its commit
-            first = tasks.add.using(backend="sqlite", unique_key="k").enqueue(1, 2)
-            tasks.add.using(backend="sqlite", unique_key="k").enqueue(3, 4)
-    finally:
-        task_enqueued.disconnect(receiver)
 
-    assert len(seen) == 1
-    assert (seen[0] is first, first.id) == (True, str(jobs("sqlite")[0].id))
+@pytest.mark.postgres
+@pytest.mark.django_db(databases=["default", "sqlite"], transaction=True)
+def test_debounce__a_deferred_call_whose_job_started_meanwhile_announces_its_new_job() -> None:
+    debounced = tasks.add.using(backend="sqlite", unique_key="k", debounce=HOUR)
+    first = debounced.enqueue(1, 2)
+
+    # The atomic() is on default: the sqlite backend's insert waits for its commit,
+    # and the first job starts before it.
+    with results_sent(task_enqueued) as sent, transaction.atomic():
+        predicted = debounced.enqueue(3, 4)
+        drain(backend="sqlite", with_scheduled=True)
+
+    written = jobs("sqlite")[-1]
+    assert (predicted.enqueue_outcome, predicted.id) == (EnqueueOutcome.DEBOUNCED, first.id)
+    assert [(r.id, r.args, r.enqueue_outcome) for r in sent] == [
+        (str(written.id), [3, 4], EnqueueOutcome.CREATED)
+    ]
+    assert written.id != uuid.UUID(first.id)
 
 
 # -- debounce -----------------------------------------------------------------------
