@@ -37,6 +37,7 @@ from django.utils.functional import cached_property
 from . import registry, tracing, versions
 from .conf import JobsOptions
 from .exceptions import (
+    MAX_ATTEMPTS_LIMIT,
     MAX_RETRY_DELAY_SECONDS,
     ConfigurationError,
     EnqueueError,
@@ -253,8 +254,8 @@ class JobsBackend(BaseTaskBackend):
 
         def validated() -> Iterator[Call]:
             """Each call checked, its result recorded, as accept_many drains it."""
-            for index, (given_args, given_kwargs) in enumerate(given):
-                args, kwargs = list(given_args), dict(given_kwargs)
+            for index, each in enumerate(given):
+                args, kwargs = _call(index, each)
                 try:
                     encoded = check_arguments(args, kwargs, max_bytes)
                     now = datetime.now(zone)
@@ -377,6 +378,30 @@ def jobs_backend(alias: str) -> JobsBackend:
     return backend
 
 
+def _call(index: int, given: Any) -> tuple[list[Any], dict[str, Any]]:
+    """One ``enqueue_many`` call as its args and kwargs, or refused as not a call.
+
+    Taken as given, ``list()`` of a dict keeps its keys and of a string its
+    characters: a job the caller never meant, written without a word.
+    """
+    if isinstance(given, tuple | list) and len(given) == 2:
+        args, kwargs = given
+        if isinstance(args, tuple | list) and isinstance(kwargs, Mapping):
+            return list(args), dict(kwargs)
+    raise EnqueueError(
+        f"call {index}: each call must be a pair (args, kwargs) of a list or tuple and a "
+        f"dict, not {_shape(given)}."
+    )
+
+
+def _shape(given: Any) -> str:
+    """What a refused call was, by type, without its arguments (they may be large or private)."""
+    if isinstance(given, tuple | list):
+        parts = [type(part).__name__ for part in given[:3]] + ["..."] * (len(given) > 3)
+        return f"a {type(given).__name__} of {len(given)}: ({', '.join(parts)})"
+    return f"a value of type {type(given).__name__}"
+
+
 def _validate_job_options(task: JobTask) -> None:
     def fail(message: str) -> None:
         raise InvalidJobOptionError(f"{task.module_path}: {message}")
@@ -384,15 +409,21 @@ def _validate_job_options(task: JobTask) -> None:
     if task.max_attempts is not None and (
         isinstance(task.max_attempts, bool)
         or not isinstance(task.max_attempts, int)
-        or task.max_attempts < 1
+        or not 1 <= task.max_attempts <= MAX_ATTEMPTS_LIMIT
     ):
-        fail(f"max_attempts must be a whole number of at least 1, not {task.max_attempts!r}.")
+        fail(
+            f"max_attempts must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT}, "
+            f"not {task.max_attempts!r}."
+        )
     if task.timeout is not None and (
         isinstance(task.timeout, bool)
         or not isinstance(task.timeout, int | float)
-        or task.timeout <= 0
+        or not 0 < task.timeout <= MAX_RETRY_DELAY_SECONDS  # NaN and infinity too
     ):
-        fail(f"timeout must be a positive number of seconds, not {task.timeout!r}.")
+        fail(
+            f"timeout must be a positive number of seconds, at most {MAX_RETRY_DELAY_SECONDS} "
+            f"(a hundred years), not {task.timeout!r}."
+        )
     if task.backoff is not None and not isinstance(task.backoff, Backoff):
         if isinstance(task.backoff, bool) or not isinstance(task.backoff, int | float):
             fail(f"backoff must be a number of seconds or a Backoff, not {task.backoff!r}.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
@@ -19,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-from .exceptions import MAX_RETRY_DELAY_SECONDS, ConfigurationError
+from .exceptions import MAX_ATTEMPTS_LIMIT, MAX_RETRY_DELAY_SECONDS, ConfigurationError
 
 # The system-check ids of OPTIONS mistakes (docs/configuration.md#system-checks).
 UNKNOWN_OPTION = "django_jobs.E005"
@@ -181,6 +182,8 @@ class JobsOptions:
         ):
             if getattr(self, name) < 1:
                 raise _bad(f"{where}[{name!r}] must be at least 1.")
+        if self.MAX_ATTEMPTS > MAX_ATTEMPTS_LIMIT:
+            raise _bad(f"{where}['MAX_ATTEMPTS'] must be at most {MAX_ATTEMPTS_LIMIT}.")
         for name in (
             "LEASE_SECONDS",
             "HEARTBEAT_SECONDS",
@@ -268,6 +271,8 @@ def _coerce(alias: str, name: str, value: Any, default: Any) -> Any:
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise _bad(f"{where} must be a number of seconds, not {value!r}.")
+        if not math.isfinite(value):  # NaN passes every comparison the checks below make
+            raise _bad(f"{where} must be a finite number, not {value!r}.")
         return float(value)
     if isinstance(default, dict):
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):

@@ -111,6 +111,11 @@ class ReportRefusedError(Exception):
 # the due time could not be worked out, and the worker writing it failed.
 MAX_RETRY_DELAY_SECONDS = 100 * 365 * 24 * 3600
 
+# The most attempts a job may have: its attempt counter is a PostgreSQL
+# integer. Larger, the enqueue's INSERT failed with a bare DataError, and the
+# caller's transaction with it.
+MAX_ATTEMPTS_LIMIT = 2**31 - 1
+
 
 class RetryLater(Exception):
     """Raise from a task to be run again after ``delay`` seconds.

@@ -38,10 +38,18 @@ class Encoded(NamedTuple):
 def check_arguments(args: Sequence[Any], kwargs: dict[str, Any], max_bytes: int) -> Encoded:
     """Validate enqueue arguments; return their stored form, as values and as JSON text."""
     # A task without arguments is common enough to skip the walk and the encoder for.
-    stored_args = to_json([*args], "args") if args else []
-    stored_kwargs = to_json(kwargs, "kwargs") if kwargs else {}
-    args_json = encode(stored_args) if args else "[]"
-    kwargs_json = encode(stored_kwargs) if kwargs else "{}"
+    try:
+        stored_args = to_json([*args], "args") if args else []
+        stored_kwargs = to_json(kwargs, "kwargs") if kwargs else {}
+        args_json = encode(stored_args) if args else "[]"
+        kwargs_json = encode(stored_kwargs) if kwargs else "{}"
+    except RecursionError:
+        # The walk and the encoder recurse once per level: arguments nested a
+        # few hundred deep ended the enqueue with a bare RecursionError.
+        raise ArgumentsNotJSONError(
+            "The arguments are nested too deep to store (lists or dicts within each other "
+            "hundreds of levels down); pass them flatter."
+        ) from None
     if _candidate(args_json) or _candidate(kwargs_json):
         _refuse_unstorable((args, "args"), (kwargs, "kwargs"), error=ArgumentsNotJSONError)
     size = len(args_json) + len(kwargs_json)  # ASCII (escaped) JSON: characters are bytes

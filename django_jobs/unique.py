@@ -18,6 +18,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from .exceptions import MAX_RETRY_DELAY_SECONDS
 from .states import LIVE_STATES, JobState
 
 if TYPE_CHECKING:
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 # Where a debounced call finds its job (with no attempt made yet): a job that
 # has started keeps the arguments it started with, and the call makes a new one.
 DEBOUNCE_STATES = frozenset({JobState.WAITING, JobState.QUEUED})
+# The longest window or debounce: the longest delay a job may have.
+_LONGEST = timedelta(seconds=MAX_RETRY_DELAY_SECONDS)
 
 
 class EnqueueOutcome(StrEnum):
@@ -77,6 +80,8 @@ def problem(task: JobTask[Any, Any]) -> str | None:
             return f"{name} must be a timedelta, not {type(value).__name__}."
         if value <= timedelta(0):
             return f"{name} must be a positive timedelta, not {value!r}."
+        if value > _LONGEST:  # further, now + it is past the last date Python has
+            return f"{name} must be at most a hundred years, not {value!r}."
     states = task.unique_states
     if states is not None:
         if not isinstance(states, tuple):

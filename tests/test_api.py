@@ -298,17 +298,27 @@ def test_verb__quarantine_and_discard_need_a_note(
     assert job.state == JobState.FAILED
 
 
+@pytest.mark.parametrize("verb", ["retry", "discard"])  # the note optional, and required
 @pytest.mark.parametrize(
     ("body", "field"),
-    [({"note": 5 * "x" * 1000}, "note"), ({"note": "a\x00b"}, "note"), (["x"], "non_field_errors")],
+    [
+        ({"note": 5 * "x" * 1000}, "note"),
+        ({"note": "a\x00b"}, "note"),
+        ({"note": 5}, "note"),
+        ({"note": ["why"]}, "note"),
+        (["x"], "non_field_errors"),
+    ],
 )
-def test_verb__a_malformed_body_is_400_naming_the_field(
-    operator: APIClient, body: Any, field: str
+def test_verb__a_malformed_body_is_400_naming_the_field_and_changes_nothing(
+    operator: APIClient, verb: str, body: Any, field: str
 ) -> None:
     job = make_job(JobState.FAILED)
-    response = operator.post(f"{URL}{job.id}/retry/", body, format="json")
+    response = operator.post(f"{URL}{job.id}/{verb}/", body, format="json")
     assert response.status_code == 400
-    assert field in response.json()
+    assert list(response.json()) == [field]
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert not JobEvent.objects.filter(job=job).exists()
 
 
 def test_verb__unknown_job_is_404(operator: APIClient) -> None:

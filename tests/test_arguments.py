@@ -351,6 +351,17 @@ def test_arguments__a_model_instance_is_refused_and_nothing_is_written(alias: st
     assert Job.objects.using(jobs_backend(alias).db).count() == 0
 
 
+def test_arguments__nested_too_deep_to_store_are_refused_and_nothing_is_written(
+    alias: str,
+) -> None:
+    deep: list[Any] = []
+    for _ in range(600):
+        deep = [deep]
+    with pytest.raises(ArgumentsNotJSONError, match="nested too deep to store"):
+        tasks.echo.using(backend=alias).enqueue(deep)
+    assert Job.objects.using(jobs_backend(alias).db).count() == 0
+
+
 def test_arguments__a_queryset_is_refused_with_what_to_pass(alias: str) -> None:
     with pytest.raises(
         ArgumentsNotJSONError,

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from django_jobs import (
     ArgumentsNotJSONError,
+    EnqueueError,
     EnqueueOutcome,
     InvalidJobOptionError,
     JobState,
@@ -26,6 +27,7 @@ from django_jobs import (
     UnknownQueueError,
     UnknownTaskError,
     enqueue_many,
+    task,
 )
 from django_jobs.framework import Task, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
 from django_jobs.models import Job
@@ -154,6 +156,32 @@ def test_enqueue__refuses_invalid_job_options(
     with pytest.raises(InvalidJobOptionError, match=message):
         tasks.add.using(**options).enqueue(1, 2)
     assert job_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"timeout": float("nan")}, r"timeout must be a positive number of seconds.*not nan"),
+        ({"timeout": float("inf")}, r"timeout must be a positive number of seconds.*not inf"),
+        ({"timeout": 0}, r"timeout must be a positive number of seconds.*not 0"),
+        ({"max_attempts": 2**31}, r"max_attempts must be a whole number from 1 to 2147483647"),
+        ({"max_attempts": 0}, r"max_attempts must be a whole number from 1 to 2147483647"),
+    ],
+)
+def test_task__refuses_a_timeout_or_max_attempts_it_could_not_keep(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidJobOptionError, match=message):
+        task(**options)(plain_function)
+
+
+def test_enqueue__a_refused_option_leaves_the_callers_transaction_usable(pg: None) -> None:
+    # Inside the caller's transaction: the refusal comes before any statement.
+    with transaction.atomic():
+        with pytest.raises(InvalidJobOptionError, match="max_attempts"):
+            dataclasses.replace(tasks.add, max_attempts=2**31).enqueue(1, 2)
+        tasks.add.enqueue(1, 2)
+    assert job_count() == 1
 
 
 def test_enqueue__same_idempotency_key_returns_the_existing_job(pg: None) -> None:
@@ -453,6 +481,24 @@ def test_enqueue_many__writes_the_same_row_as_enqueue(pg: None) -> None:
 
 
 _PER_JOB = {"id", "enqueued_at", "updated_at"}
+
+
+@pytest.mark.parametrize(
+    ("call", "shape"),
+    [
+        (({"a": 1, "b": 2}, {}), r"a tuple of 2: \(dict, dict\)"),
+        (("12", {}), r"a tuple of 2: \(str, dict\)"),
+        (((1, 2), [("b", 2)]), r"a tuple of 2: \(tuple, list\)"),
+        ((1, 2, 3, 4), r"a tuple of 4: \(int, int, int, \.\.\.\)"),
+        (7, r"a value of type int"),
+    ],
+)
+def test_enqueue_many__refuses_a_call_that_is_not_an_args_kwargs_pair_and_writes_nothing(
+    pg: None, call: Any, shape: str
+) -> None:
+    with pytest.raises(EnqueueError, match=rf"^call 1: each call must be a pair .* not {shape}\.$"):
+        enqueue_many(tasks.add, [((1, 2), {}), call])
+    assert job_count() == 0
 
 
 @pytest.mark.parametrize("use_tz", [True, False])

@@ -244,6 +244,14 @@ def test_debounce__a_job_that_started_keeps_its_arguments_and_a_new_job_takes_th
         ({"unique_key": "k", "unique_for": -HOUR}, "unique_for must be a positive"),
         ({"unique_key": "k", "unique_for": 60}, "unique_for must be a timedelta, not int"),
         ({"unique_key": "k", "debounce": dt.timedelta(0)}, "debounce must be a positive"),
+        (
+            {"unique_key": "k", "unique_for": dt.timedelta(days=999_999_999)},
+            "unique_for must be at most a hundred years",
+        ),
+        (
+            {"unique_key": "k", "debounce": dt.timedelta(days=36_501)},
+            "debounce must be at most a hundred years",
+        ),
         ({"unique_key": "k", "unique_states": ["done"]}, "'done' is not a job state"),
         ({"unique_key": "k", "unique_states": "queued"}, "collection of job states"),
         ({"unique_key": "k", "unique_states": []}, "no job would ever match"),

@@ -217,11 +217,19 @@ class JobDetailSerializer(JobSerializer):
         return [str(a.worker_id) for a in runs(list(job.attempt_set.all())) if a.worker_id]
 
 
-def optional_note(
-    audit_trail: str, field: type[serializers.CharField] = serializers.CharField
-) -> serializers.CharField:
+class StringField(serializers.CharField):
+    """A ``CharField`` that takes a string only: DRF's turns ``5`` into ``"5"``."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        value: str = super().to_internal_value(data)
+        return value
+
+
+def optional_note(audit_trail: str) -> serializers.CharField:
     """The optional ``note`` of a verb's body, kept in ``audit_trail``."""
-    return field(
+    return StringField(
         required=False,
         allow_blank=True,
         max_length=NOTE_MAX_LENGTH,
@@ -235,7 +243,7 @@ class ActionSerializer(serializers.Serializer[Any]):
 
 
 class NoteRequiredActionSerializer(serializers.Serializer[Any]):
-    note = serializers.CharField(
+    note = StringField(
         max_length=NOTE_MAX_LENGTH,
         help_text="Why; required, and kept in the job's audit trail.",
     )
@@ -326,18 +334,8 @@ class QueueStatsSerializer(serializers.Serializer[Any]):
     paused = serializers.BooleanField(help_text="Workers claim nothing from it until resumed.")
 
 
-class StringField(serializers.CharField):
-    """A ``CharField`` that takes a string only: DRF's turns ``5`` into ``"5"``."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        value: str = super().to_internal_value(data)
-        return value
-
-
 class QueueActionSerializer(serializers.Serializer[Any]):
-    note = optional_note("the queue's audit trail", StringField)
+    note = optional_note("the queue's audit trail")
 
 
 class QueueStateSerializer(serializers.Serializer[Any]):
