@@ -20,7 +20,7 @@ from django_jobs.unique import EnqueueOutcome
 
 from ..framework import InvalidTask
 from . import render
-from .arguments import non_negative_float, positive_float
+from .arguments import non_negative_seconds, positive_seconds
 from .base import AddSubcommand, default_actor
 
 
@@ -50,7 +50,7 @@ def add_enqueue(add: AddSubcommand) -> None:
     )
     sub.add_argument(
         "--unique-for",
-        type=positive_float,
+        type=positive_seconds,
         metavar="SECONDS",
         help="With --unique-key: a job of the key enqueued this recently holds it too.",
     )
@@ -62,14 +62,14 @@ def add_enqueue(add: AddSubcommand) -> None:
     )
     sub.add_argument(
         "--debounce",
-        type=positive_float,
+        type=positive_seconds,
         metavar="SECONDS",
         help="With --unique-key: replace the arguments of the key's job not yet started "
         "and start it this many seconds from now (or enqueue one that starts then).",
     )
     sub.add_argument(
         "--delay",
-        type=non_negative_float,
+        type=non_negative_seconds,
         metavar="SECONDS",
         help="Do not run before this many seconds from now.",
     )
@@ -85,10 +85,15 @@ def add_enqueue(add: AddSubcommand) -> None:
 
 
 def _json(option: str, text: str, kind: type[list[Any]] | type[dict[str, Any]]) -> Any:
+    # Parsing and decoding both recurse once per level: JSON nested deeper than
+    # Python's recursion limit ended the command with a bare RecursionError.
+    too_deep = f"{option} is nested too deep to decode."
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CommandError(f"{option} is not valid JSON: {exc}.") from None
+    except RecursionError:
+        raise CommandError(too_deep) from None
     if not isinstance(value, kind):
         expected = "a JSON array" if kind is list else "a JSON object"
         raise CommandError(f"{option} must be {expected}, not {type(value).__name__}.")
@@ -98,6 +103,8 @@ def _json(option: str, text: str, kind: type[list[Any]] | type[dict[str, Any]]) 
         return from_json(value, option)
     except PayloadNotDecodableError as exc:
         raise CommandError(str(exc)) from None
+    except RecursionError:
+        raise CommandError(too_deep) from None
 
 
 def enqueue(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from django_jobs import retention
 from django_jobs.backend import JobsBackend
 
 from . import render
-from .arguments import positive_float, positive_int
+from .arguments import positive_days, positive_int
 from .base import AddSubcommand
 
 
@@ -20,7 +20,7 @@ def add_prune(add: AddSubcommand) -> None:
     sub = add("prune", "Delete finished jobs older than the retention period, in batches.", prune)
     sub.add_argument(
         "--older-than",
-        type=positive_float,
+        type=positive_days,
         metavar="DAYS",
         help="Delete jobs finished more than this many days ago "
         "(default: the backend's RETENTION_DAYS).",

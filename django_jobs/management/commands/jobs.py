@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobs.backend import jobs_backend
-from django_jobs.cli import enqueue, health, listing, operate, prune, show
+from django_jobs.cli import arguments, enqueue, health, listing, operate, prune, show
 from django_jobs.cli.base import Handler
 
 
@@ -41,6 +41,9 @@ class Command(BaseCommand):
             sub: CommandParser = subcommands.add_parser(
                 name, help=text, description=details or text
             )
+            # Every option and argument given no type of its own is text:
+            # checked once here, so that none reaches a query unchecked.
+            sub.register("type", None, arguments.text)
             sub.add_argument(
                 "--backend",
                 default="default",
