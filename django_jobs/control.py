@@ -231,9 +231,10 @@ def apply_matching(
 
     The jobs are walked in id order, each batch a compare-and-set per job in
     one short transaction (``Engine.operate_batch``): a job that moved since
-    it was read is skipped, not forced. The walk never changes more jobs than
-    the filter matched when it started, and leaves alone jobs enqueued after
-    that: what was confirmed bounds what happens.
+    it was read (left the state the filter read it in) is skipped, not
+    forced. The walk never changes more jobs than the filter matched when it
+    started, and leaves alone jobs enqueued after that: what was confirmed
+    bounds what happens.
     """
     note = _checked_note(verb, note)
     name = actor_name(actor)
@@ -259,16 +260,16 @@ def apply_matching(
     scope = (
         jobs.filter(_applicable(verb, started), enqueued_at__lte=started)
         .order_by("pk")
-        .values_list("pk", flat=True)
+        .values_list("pk", "state")
     )
     last: uuid.UUID | None = None
     while len(result.changed) < counts.matched:
         page = scope if last is None else scope.filter(pk__gt=last)
-        ids = list(page[: min(batch_size, counts.matched - len(result.changed))])
-        if not ids:
+        read_in = dict(page[: min(batch_size, counts.matched - len(result.changed))])
+        if not read_in:
             break
-        last = ids[-1]
-        for done in engine.operate_batch(ids, verb, name, note):
+        last = next(reversed(read_in))
+        for done in engine.operate_batch(read_in, verb, name, note):
             if isinstance(done, Operated):
                 result.changed.append(done.job_id)
                 if done.rerun is not None:

@@ -365,6 +365,18 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
         time.sleep(interval)
 
 
+def waiting_for_a_lock(alias: str = "default") -> int:
+    """Sessions of this database waiting for a lock, read afresh: not this transaction's copy."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        (waiting,) = cursor.fetchone()
+    return int(waiting)
+
+
 def subprocess_env() -> dict[str, str]:
     """The environment of a ``manage.py`` subprocess that works on this test's databases."""
     env = {

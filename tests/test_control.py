@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -33,7 +34,14 @@ from django_jobs.retry import Decision, Verdict
 from django_jobs.signals import job_cancelled, job_exhausted
 from django_jobs.testing import drain
 from django_jobs.values import Report, WorkerIdentity
-from tests.conftest import ROOT, WorkerProcess, example_files, examples_shown, wait_until
+from tests.conftest import (
+    ROOT,
+    WorkerProcess,
+    example_files,
+    examples_shown,
+    wait_until,
+    waiting_for_a_lock,
+)
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
@@ -328,6 +336,35 @@ def test_apply_matching__walks_the_filter_in_batches_and_counts_what_it_skipped(
     assert sorted(result.changed) == sorted(ids[:4])
     assert set(jobs.values_list("state", flat=True)) == {JobState.QUEUED}
     assert JobEvent.objects.using(alias).filter(transition="retry").count() == 4
+
+
+def test_apply_matching__skips_a_job_another_operator_moved_between_the_read_and_the_lock(
+    pg: None,
+) -> None:
+    ids = [uuid.UUID(tasks.add.enqueue(i, i).id) for i in range(2)]
+    Job.objects.filter(id__in=ids).update(state=JobState.FAILED)
+    walked: list[control.MatchingResult] = []
+
+    def retry_the_failed() -> None:
+        failed = Job.objects.filter(state=JobState.FAILED)
+        walked.append(control.apply_matching("retry", failed, actor="bob", expected=2))
+        connections.close_all()
+
+    with transaction.atomic():
+        # Alice's quarantine holds the second row's lock until she commits; Bob's
+        # walk reads both jobs failed, retries the first and waits on the second.
+        control.apply("quarantine", ids[1], actor="alice", note="poison, do not run")
+        bob = threading.Thread(target=retry_the_failed)
+        bob.start()
+        wait_until(lambda: waiting_for_a_lock() == 1)
+    bob.join(10)
+
+    [result] = walked
+    assert (result.matched, result.changed, result.skipped) == (2, [ids[0]], 1)
+    assert Job.objects.get(id=ids[1]).state == JobState.QUARANTINED
+    assert list(JobEvent.objects.filter(job_id=ids[1]).values_list("transition", "actor")) == [
+        ("quarantine", "alice")
+    ]
 
 
 @pytest.mark.parametrize(

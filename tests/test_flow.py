@@ -24,7 +24,13 @@ from django_jobs.framework import task_backends
 from django_jobs.models import Attempt, FairClock, Job, QueueEvent
 from django_jobs.values import Claimed, WorkerIdentity
 from django_jobs.worker.runner import given_back
-from tests.conftest import WorkerProcess, analyse_empty_tables, one_slot_fair_order, wait_until
+from tests.conftest import (
+    WorkerProcess,
+    analyse_empty_tables,
+    one_slot_fair_order,
+    wait_until,
+    waiting_for_a_lock,
+)
 from tests.testapp import tasks
 from tests.testapp.models import Probe
 
@@ -254,18 +260,6 @@ def test_fairness__weights_share_claims_in_proportion(pg: None) -> None:
     while len(order) < 200:
         order += [c.tenant for c in engine_for("default", weighted).claim(me, ["fair"], 10)]
     assert Counter(order[:200]) == {"gold": 150, "basic": 50}
-
-
-def waiting_for_a_lock() -> int:
-    """Sessions of this database waiting for a lock, read afresh: not this transaction's copy."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        (waiting,) = cursor.fetchone()
-    return int(waiting)
 
 
 def test_fairness__a_concurrent_claimer_takes_the_next_fair_batch_and_counts_it_after_ours(

@@ -261,10 +261,13 @@ class Engine(ABC):
         return operator.operate(self.db, job_id, verb, actor, note)
 
     def operate_batch(
-        self, job_ids: Sequence[uuid.UUID], verb: str, actor: str, note: str = ""
+        self, read_in: Mapping[uuid.UUID, str], verb: str, actor: str, note: str = ""
     ) -> list[Operated | InvalidTransitionError | JobNotFoundError]:
-        """Apply an operator verb to each job, in one transaction; the refusals are returned."""
-        return operator.operate_batch(self.db, job_ids, verb, actor, note)
+        """Apply an operator verb to each job still in the state it was read in; one transaction.
+
+        The refusals are returned, a job that moved since it was read among them.
+        """
+        return operator.operate_batch(self.db, read_in, verb, actor, note)
 
     def set_queue_paused(self, queue: str, paused: bool, actor: str, note: str = "") -> bool:
         """Pause or resume a queue; whether anything changed."""

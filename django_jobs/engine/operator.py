@@ -7,7 +7,7 @@ state it was decided on, so two operators racing cannot both win.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +39,7 @@ def operate(db: str, job_id: uuid.UUID, verb: str, actor: str, note: str = "") -
 
 
 def operate_batch(
-    db: str, job_ids: Sequence[uuid.UUID], verb: str, actor: str, note: str = ""
+    db: str, read_in: Mapping[uuid.UUID, str], verb: str, actor: str, note: str = ""
 ) -> list[Operated | InvalidTransitionError | JobNotFoundError]:
     """Apply a verb to each job of a batch, in one transaction; a refusal does not stop the rest.
 
@@ -47,13 +47,18 @@ def operate_batch(
     jobs is walked in batches by ``control.apply_matching``, each short enough
     not to hold locks or the vacuum horizon for long. Rows are locked in id
     order, so two operators walking overlapping filters cannot deadlock.
+
+    ``read_in`` maps each job to the state the walk's filter read it in. A
+    job that has left that state by the time its row is locked is refused:
+    whatever moved it (another operator's quarantine, a worker) was not what
+    the operator confirmed, and the verb's other transitions must not undo it.
     """
     now = timezone.now()
     done: list[Operated | InvalidTransitionError | JobNotFoundError] = []
     with transaction.atomic(using=db):
-        for job_id in sorted(job_ids):
+        for job_id in sorted(read_in):
             try:
-                done.append(_operate(db, job_id, VERBS[verb], actor, note, now))
+                done.append(_operate(db, job_id, VERBS[verb], actor, note, now, read_in[job_id]))
             except (InvalidTransitionError, JobNotFoundError) as exc:
                 # Refused before anything was written: the batch goes on.
                 done.append(exc)
@@ -61,7 +66,13 @@ def operate_batch(
 
 
 def _operate(
-    db: str, job_id: uuid.UUID, verb: Verb, actor: str, note: str, now: datetime
+    db: str,
+    job_id: uuid.UUID,
+    verb: Verb,
+    actor: str,
+    note: str,
+    now: datetime,
+    read_in: str | None = None,
 ) -> Operated:
     rows = Job.objects.using(db).select_for_update().filter(id=job_id)
     if not verb.copies_from:
@@ -78,6 +89,11 @@ def _operate(
     job = rows.first()
     if job is None:
         raise JobNotFoundError(f"No job with id {job_id}.")
+    if read_in is not None and job.state != read_in:
+        raise InvalidTransitionError(
+            f"Cannot {verb.name} job {job.id}: it was {read_in} when the filter read it and "
+            f"is {job.state} now; left as it is."
+        )
     if verb.copies_from:
         if job.state not in verb.copies_from:
             raise _refusal(verb, job)
