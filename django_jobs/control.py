@@ -59,6 +59,9 @@ class BulkResult:
     refused: dict[uuid.UUID, str] = field(default_factory=dict)
     #: For ``rerun``: the new job made from each changed one.
     reruns: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)
+    #: Of the changed, the running jobs ``cancel`` only asked to stop: they
+    #: are ``cancelling`` and may still end succeeded.
+    stopping: list[uuid.UUID] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,8 @@ class MatchingResult:
     applicable: int
     changed: list[uuid.UUID] = field(default_factory=list)
     reruns: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)
+    #: As ``BulkResult.stopping``.
+    stopping: list[uuid.UUID] = field(default_factory=list)
 
     @property
     def skipped(self) -> int:
@@ -188,6 +193,8 @@ def apply_many(
             result.changed.append(job_id)
             if done.rerun is not None:
                 result.reruns[job_id] = done.rerun
+            if done.transition is Transition.REQUEST_CANCEL:
+                result.stopping.append(job_id)
     return result
 
 
@@ -274,6 +281,8 @@ def apply_matching(
                 result.changed.append(done.job_id)
                 if done.rerun is not None:
                     result.reruns[done.job_id] = done.rerun
+                if done.transition is Transition.REQUEST_CANCEL:
+                    result.stopping.append(done.job_id)
     return result
 
 

@@ -489,6 +489,35 @@ def test_bulk__refuses_more_jobs_than_its_limit(
     assert {state(j) for j in jobs} == {JobState.FAILED}
 
 
+def test_bulk__the_confirmation_posts_back_every_selected_job_not_only_the_100_it_lists(
+    admin_client: Client,
+) -> None:
+    jobs = [make_job(JobState.FAILED) for _ in range(150)]
+    page = bulk(admin_client, "discard", jobs).content.decode()
+    posted_back = re.findall(r'<input type="hidden" name="_selected_action" value="([^"]*)">', page)
+
+    response = admin_client.post(
+        LIST_URL,
+        {"action": "discard_jobs", "_selected_action": posted_back, "confirm": "yes", "note": "x"},
+        follow=True,
+    )
+
+    assert texts(response) == ["150 jobs discarded."]
+    assert {state(j) for j in jobs} == {JobState.DISCARDED}
+
+
+def test_bulk__cancel_counts_the_running_jobs_it_only_asked_to_stop_apart(
+    admin_client: Client,
+) -> None:
+    queued = make_job(JobState.QUEUED)
+    running = lease(make_job(JobState.RUNNING, attempts=1), make_worker())
+
+    response = bulk(admin_client, "cancel", [queued, running])
+
+    assert (state(queued), state(running)) == (JobState.CANCELLED, JobState.CANCELLING)
+    assert texts(response) == ["1 job cancelled; 1 running job asked to stop (cancelling)."]
+
+
 def across(client: Client, verb: str, filters: str, one: Job, **extra: str) -> Any:
     """The changelist's action with "Select all N" ticked: the filter, not the ticked rows."""
     data = {"action": f"{verb}_jobs", "select_across": "1", "_selected_action": [str(one.pk)]}
@@ -529,6 +558,25 @@ def test_across__the_confirmed_count_applies_the_verb_to_every_matching_job(
     assert [state(j) for j in failed] == [JobState.QUEUED] * 3
     assert (state(succeeded), state(other)) == (JobState.SUCCEEDED, JobState.FAILED)
     assert texts(response) == ["3 of 4 matching jobs retried; 1 skipped."]
+
+
+def test_across__cancel_counts_the_running_jobs_it_only_asked_to_stop_apart(
+    admin_client: Client,
+) -> None:
+    queued = make_job(JobState.QUEUED, tenant="acme")
+    running = lease(make_job(JobState.RUNNING, attempts=1, tenant="acme"), make_worker())
+    succeeded = make_job(JobState.SUCCEEDED, tenant="acme")
+
+    response = across(admin_client, "cancel", "tenant=acme", queued, confirm="yes", expected="3")
+
+    assert (state(queued), state(running), state(succeeded)) == (
+        JobState.CANCELLED,
+        JobState.CANCELLING,
+        JobState.SUCCEEDED,
+    )
+    assert texts(response) == [
+        "1 of 3 matching jobs cancelled; 1 running job asked to stop (cancelling); 1 skipped."
+    ]
 
 
 def test_across__a_filter_that_matches_more_than_was_confirmed_changes_nothing(
