@@ -95,6 +95,7 @@ class MatchingResult:
             "matched": self.matched,
             "applicable": self.applicable,
             "changed": len(self.changed),
+            "stopping": len(self.stopping),
             "skipped": self.skipped,
             "reruns": {str(k): v for k, v in self.reruns.items()},
         }

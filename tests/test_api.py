@@ -837,6 +837,22 @@ def test_rerun__answers_with_the_new_job(operator: APIClient) -> None:
     }
 
 
+def test_bulk__cancel_counts_the_running_jobs_it_only_asked_to_stop(operator: APIClient) -> None:
+    queued = make_job(JobState.QUEUED, queue="mail")
+    running = make_job(JobState.RUNNING, queue="mail")
+
+    response = operator.post(f"{URL}bulk/cancel/?queue=mail", {"expected_count": 2}, format="json")
+
+    assert response.status_code == 200
+    assert {k: response.json()[k] for k in ("changed", "stopping", "skipped")} == {
+        "changed": 2,
+        "stopping": 1,
+        "skipped": 0,
+    }
+    states = dict(Job.objects.values_list("id", "state"))
+    assert (states[queued.id], states[running.id]) == ("cancelled", "cancelling")
+
+
 def test_bulk__applies_the_verb_to_every_job_the_filter_matches(operator: APIClient) -> None:
     failed = [make_job(JobState.FAILED, queue="mail") for _ in range(3)]
     done = make_job(JobState.SUCCEEDED, queue="mail")
@@ -852,6 +868,7 @@ def test_bulk__applies_the_verb_to_every_job_the_filter_matches(operator: APICli
         "matched": 4,
         "applicable": 3,
         "changed": 3,
+        "stopping": 0,
         "skipped": 1,
         "reruns": {},
     }

@@ -702,6 +702,20 @@ def test_filter__applies_the_verb_to_every_matching_job_in_batches_with_yes(pg: 
     assert out == "retry: 3 of 4 matching job(s) retried; 1 skipped.\n"
 
 
+def test_filter__cancel_counts_the_running_jobs_it_only_asked_to_stop_apart(pg: None) -> None:
+    queued = make_job(JobState.QUEUED, queue="mail")
+    running = make_job(JobState.RUNNING, queue="mail")
+
+    out, _ = jobs("cancel", "--queue", "mail", "--yes")
+
+    assert out == (
+        "cancel: 1 of 2 matching job(s) cancelled; 1 running job(s) asked to stop "
+        "(cancelling); 0 skipped.\n"
+    )
+    states = dict(Job.objects.values_list("id", "state"))
+    assert (states[queued.id], states[running.id]) == ("cancelled", "cancelling")
+
+
 def test_filter__without_a_terminal_asks_for_the_count_and_changes_nothing(pg: None) -> None:
     make_job(JobState.FAILED), make_job(JobState.SUCCEEDED)
 
@@ -761,6 +775,7 @@ def test_json__run_now_over_a_filter_reports_counts(pg: None) -> None:
         "matched": 2,
         "applicable": 1,
         "changed": 1,
+        "stopping": 0,
         "skipped": 1,
         "reruns": {},
     }

@@ -297,6 +297,10 @@ class BulkResultSerializer(serializers.Serializer[Any]):
         help_text="Of them, in a state the verb applies to when it started."
     )
     changed = serializers.IntegerField(help_text="Jobs the verb changed.")
+    stopping = serializers.IntegerField(
+        help_text="Of them, running jobs cancel only asked to stop: cancelling, and they may "
+        "still end succeeded. 0 for the other verbs."
+    )
     skipped = serializers.IntegerField(
         help_text="Matched and left as they were: the verb does not apply, or they moved first."
     )

@@ -174,9 +174,12 @@ def _apply_to_filter(command: BaseCommand, backend: JobsBackend, options: dict[s
         return
     for original, copy in result.reruns.items():
         command.stdout.write(f"{original}  rerun as {copy}")
+    # Running jobs cancel only asked to stop are not cancelled, and may still succeed.
+    stopping = len(result.stopping)
+    asked = f"; {stopping} running job(s) asked to stop (cancelling)" if stopping else ""
     command.stdout.write(
-        f"{verb.name}: {len(result.changed)} of {result.matched} matching job(s) "
-        f"{verb.done}; {result.skipped} skipped."
+        f"{verb.name}: {len(result.changed) - stopping} of {result.matched} matching job(s) "
+        f"{verb.done}{asked}; {result.skipped} skipped."
     )
 
 
