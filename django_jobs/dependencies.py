@@ -64,15 +64,16 @@ def dependency_ids(after: Iterable[Any]) -> list[uuid.UUID]:
 def wait_for(engine: Engine, job: Job, ids: Sequence[uuid.UUID], *, lock: bool = True) -> None:
     """Read the states of the jobs ``job`` waits for and set its first state from theirs.
 
-    Raises ``DependencyError`` if one is missing or discarded. ``job`` is not
+    Raises ``DependencyError`` if one is missing, discarded or of another
+    tenant than ``job``. ``job`` is not
     saved yet (for ``enqueue_many`` it is the batch's prototype); its
     ``Dependency`` rows are written once it is. ``lock=False`` reads without
     locking, to refuse bad input and to tell the caller the likely state
     before the transaction that writes, which reads again with the lock.
     """
-    states = engine.dependency_states(ids, lock=lock)
-    _check(ids, states)
-    unmet = sum(1 for state in states.values() if state != JobState.SUCCEEDED)
+    found = engine.depended_on(ids, lock=lock)
+    _check(ids, found, job.tenant)
+    unmet = sum(1 for state, _ in found.values() if state != JobState.SUCCEEDED)
     # The new job's initial state, set before its only insert.
     job.state = JobState.WAITING if unmet else JobState.QUEUED
     job.waiting_on = unmet
@@ -94,11 +95,19 @@ def waited_for_by(job: Job) -> QuerySet[Job]:
     )
 
 
-def _check(ids: Sequence[uuid.UUID], states: dict[uuid.UUID, str]) -> None:
+def _check(ids: Sequence[uuid.UUID], found: dict[uuid.UUID, tuple[str, str]], tenant: str) -> None:
     for job_id in ids:
-        state = states.get(job_id)
-        if state is None:
+        if job_id not in found:
             raise DependencyError(f"after: there is no job {job_id}; nothing was enqueued.")
+        state, its_tenant = found[job_id]
+        if its_tenant != tenant:
+            # A tenant is an authority scope: waiting across one would show a
+            # tenant's user the other's job id (the job's waits_for), and a
+            # discard by the other's user would cancel this job (its dependents).
+            raise DependencyError(
+                f"after: job {job_id} is of another tenant than this job's ({tenant!r}); a "
+                "job waits only for jobs of its own tenant. Nothing was enqueued."
+            )
         if state == JobState.DISCARDED:
             raise DependencyError(
                 f"after: job {job_id} was discarded and can never succeed; nothing was enqueued."

@@ -202,6 +202,18 @@ def test_authority__the_tenant_hook_must_return_names_not_one_string(
         alice.get(URL)
 
 
+def test_authority__a_tenant_hook_may_return_a_generator(db: None, settings: Any) -> None:
+    settings.DJANGO_JOBS_API = {"TENANTS_FOR_USER": "tests.test_api.tenants_generated"}
+    job = make_job(tenant="A")
+    alice = client_for(make_user("alice"))
+
+    assert alice.get(f"{URL}{job.id}/").status_code == 200
+
+
+def tenants_generated(user: AbstractBaseUser) -> Iterable[str]:
+    return (tenant for tenant in TENANTS.get(user.get_username(), []))
+
+
 def one_string(user: AbstractBaseUser) -> str:
     return "A"
 

@@ -129,6 +129,27 @@ def test_after__a_discarded_dependency_is_refused(pg: None) -> None:
     assert Job.objects.count() == 1
 
 
+@pytest.mark.parametrize("tenant", ["", "acme"])  # untenanted waiting for a tenant's, and back
+def test_after__a_job_of_another_tenant_is_refused_and_nothing_is_written(
+    pg: None, tenant: str
+) -> None:
+    parent = tasks.add.using(tenant="globex" if tenant else "acme").enqueue(1, 2)
+
+    with pytest.raises(DependencyError, match=r"a job waits only for jobs of its own tenant"):
+        tasks.add.using(tenant=tenant, after=[parent]).enqueue(3, 4)
+    with pytest.raises(DependencyError, match=r"a job waits only for jobs of its own tenant"):
+        enqueue_many(tasks.add.using(tenant=tenant, after=[parent]), [((3, 4), {})])
+    assert (Job.objects.count(), Dependency.objects.count()) == (1, 0)
+
+
+def test_after__a_job_of_the_same_tenant_is_waited_for(pg: None) -> None:
+    parent = tasks.add.using(tenant="acme").enqueue(1, 2)
+
+    child = tasks.add.using(tenant="acme", after=[parent]).enqueue(3, 4)
+
+    assert Job.objects.get(id=child.id).state == JobState.WAITING
+
+
 @pytest.mark.parametrize(
     ("after", "message"),
     [

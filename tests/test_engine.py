@@ -729,17 +729,17 @@ def test_record_served__moves_each_tenants_clock_by_its_claims_over_its_weight(
 # -- enqueue -------------------------------------------------------------------------
 
 
-def test_dependencies__are_written_and_read_back_with_their_states(alias: str) -> None:
+def test_dependencies__are_written_and_read_back_with_their_states_and_tenants(alias: str) -> None:
     done = make_job(alias, JobState.SUCCEEDED, attempts=1)
     pending = make_job(alias)
     new = make_job(alias, JobState.WAITING)
     engine = engine_for(alias)
     with transaction.atomic(using=alias):
         engine.add_dependencies([new.id], [done.id, pending.id])
-        states = engine.dependency_states([done.id, pending.id], lock=True)
+        found = engine.depended_on([done.id, pending.id], lock=True)
     rows = set(Dependency.objects.using(alias).values_list("job_id", "depends_on_id"))
     assert rows == {(new.id, done.id), (new.id, pending.id)}
-    assert states == {done.id: JobState.SUCCEEDED, pending.id: JobState.QUEUED}
+    assert found == {done.id: (JobState.SUCCEEDED, ""), pending.id: (JobState.QUEUED, "")}
 
 
 def test_bulk_insert__writes_one_job_per_call_from_the_prototype(alias: str) -> None:

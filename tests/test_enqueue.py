@@ -431,7 +431,7 @@ def test_enqueue__stores_the_row_the_orm_path_stores(pg: None) -> None:
     keyed = tasks.add.using(**options, idempotency_key="k").enqueue(1, b={"c": [1.5, None]})
     # A job enqueued after another takes the ORM's save(); after a finished
     # one it is queued at once, as the others are.
-    done = tasks.noop.enqueue()
+    done = tasks.noop.using(tenant="acme").enqueue()  # a job waits for its own tenant's
     drain("default")
     orm = tasks.add.using(**options, after=[done]).enqueue(1, b={"c": [1.5, None]})
     columns = [

@@ -89,12 +89,14 @@ def tenants_of(request: Request) -> frozenset[str]:
         tenants: frozenset[str] = frozenset()
     else:
         returned = api_settings().tenants_for_user(user)
-        if isinstance(returned, str | bytes) or not all(isinstance(t, str) for t in returned):
+        # Taken once: a generator checked and then read was empty the second time.
+        names = () if isinstance(returned, str | bytes) else tuple(returned)
+        if isinstance(returned, str | bytes) or not all(isinstance(t, str) for t in names):
             raise TypeError(
                 "DJANGO_JOBS_API['TENANTS_FOR_USER'] must return an iterable of tenant "
                 f"names (strings), not {returned!r}."
             )
-        tenants = frozenset(returned) - {""}
+        tenants = frozenset(names) - {""}
     request._django_jobs_tenants = tenants  # type: ignore[attr-defined]  # a per-request cache
     return tenants
 

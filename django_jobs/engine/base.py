@@ -322,5 +322,7 @@ class Engine(ABC):
         """One row per (new job, job it waits for)."""
 
     @abstractmethod
-    def dependency_states(self, ids: Sequence[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, str]:
-        """The states of the jobs a new job waits for; ``lock`` holds them until commit."""
+    def depended_on(
+        self, ids: Sequence[uuid.UUID], *, lock: bool
+    ) -> dict[uuid.UUID, tuple[str, str]]:
+        """The state and tenant of each job a new job waits for; ``lock`` holds them to commit."""

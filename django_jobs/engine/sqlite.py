@@ -109,6 +109,9 @@ class SqliteEngine(Engine):
         rows = [Dependency(job_id=job, depends_on_id=on) for job in job_ids for on in ids]
         Dependency.objects.using(self.db).bulk_create(rows, batch_size=1000)
 
-    def dependency_states(self, ids: Sequence[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, str]:
+    def depended_on(
+        self, ids: Sequence[uuid.UUID], *, lock: bool
+    ) -> dict[uuid.UUID, tuple[str, str]]:
         # One writer at a time: there is nothing finer to lock.
-        return dict(Job.objects.using(self.db).filter(id__in=ids).values_list("id", "state"))
+        rows = Job.objects.using(self.db).filter(id__in=ids).values_list("id", "state", "tenant")
+        return {job_id: (state, tenant) for job_id, state, tenant in rows}

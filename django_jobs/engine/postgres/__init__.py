@@ -304,14 +304,18 @@ class PostgresEngine(Engine):
                 [[str(job) for job in job_ids], [str(on) for on in ids]],
             )
 
-    def dependency_states(self, ids: Sequence[uuid.UUID], *, lock: bool) -> dict[uuid.UUID, str]:
+    def depended_on(
+        self, ids: Sequence[uuid.UUID], *, lock: bool
+    ) -> dict[uuid.UUID, tuple[str, str]]:
         if not lock:
-            return dict(Job.objects.using(self.db).filter(id__in=ids).values_list("id", "state"))
+            rows = Job.objects.using(self.db).filter(id__in=ids)
+            found = rows.values_list("id", "state", "tenant")
+            return {job_id: (state, tenant) for job_id, state, tenant in found}
         # FOR SHARE, not FOR UPDATE: jobs enqueued after the same job at once
         # do not wait for each other, only the job's completion waits for them.
         with connections[self.db].cursor() as cursor:
-            cursor.execute(statements.DEPENDENCY_STATES, [list(ids)])
-            return dict(cursor.fetchall())
+            cursor.execute(statements.DEPENDED_ON, [list(ids)])
+            return {job_id: (state, tenant) for job_id, state, tenant in cursor.fetchall()}
 
 
 @cache

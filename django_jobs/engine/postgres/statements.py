@@ -608,4 +608,4 @@ FROM unnest(%s::uuid[]) AS job(id) CROSS JOIN unnest(%s::uuid[]) AS depends_on(i
 """
 
 # The states of the jobs a new job waits for, held until it commits.
-DEPENDENCY_STATES = "SELECT id, state FROM django_jobs_job WHERE id = ANY(%s) FOR SHARE"
+DEPENDED_ON = "SELECT id, state, tenant FROM django_jobs_job WHERE id = ANY(%s) FOR SHARE"
