@@ -258,14 +258,15 @@ def _fire(
             if not list(held):
                 return 0
             # The compare-and-set decides who fires (module docstring).
+            moved: dict[str, Any] = {"next_fire_at": decided.next_fire_at}
+            if decided.fire:
+                # Only a fire clears the error: a pass that drops every tick it
+                # found (all past the grace) has not shown the schedule works.
+                moved.update(last_fired_at=decided.fire[-1], last_error="")
             won = (
                 Schedule.objects.using(db)
                 .filter(pk=schedule.pk, next_fire_at=due, enabled=True)
-                .update(
-                    next_fire_at=decided.next_fire_at,
-                    last_fired_at=decided.fire[-1] if decided.fire else schedule.last_fired_at,
-                    last_error="",
-                )
+                .update(**moved)
             )
             if not won:
                 return 0

@@ -296,6 +296,19 @@ def test_fire__an_enqueue_error_is_kept_on_the_schedule_and_the_tick_retried(pg:
     assert Schedule.objects.get().last_error == ""
 
 
+def test_fire__a_tick_dropped_past_its_grace_keeps_the_error_of_the_failed_fire(pg: None) -> None:
+    tick = NOON.replace(hour=3)
+    make_schedule(task_name="tests.testapp.tasks.no_such_task", cron="0 3 * * *", next_fire_at=tick)
+    fire_due(backend(), now=tick + timedelta(seconds=1))  # fails: the task is unknown
+
+    fired = fire_due(backend(), now=tick + timedelta(seconds=61))  # past the 60 s grace: dropped
+
+    row = Schedule.objects.get()
+    assert (fired, Job.objects.count()) == (0, 0)
+    assert row.last_error.startswith("UnknownTaskError: ")
+    assert row.next_fire_at == tick + timedelta(days=1)
+
+
 @pytest.mark.postgres
 def test_run_now__enqueues_an_extra_job_without_touching_the_ticks(pg: None) -> None:
     row = make_schedule(next_fire_at=timezone.now() + timedelta(hours=1))
