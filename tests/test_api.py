@@ -889,6 +889,18 @@ def test_bulk__applies_the_verb_to_every_job_the_filter_matches(operator: APICli
     assert (states[done.id], states[elsewhere.id]) == ("succeeded", "failed")
 
 
+@pytest.mark.parametrize("parameter", ["ordering=-priority", "cursor=cD0x", "page_size=10"])
+def test_bulk__refuses_the_lists_ordering_and_pages_and_changes_nothing(
+    operator: APIClient, parameter: str
+) -> None:
+    make_job(JobState.FAILED)
+
+    response = operator.post(f"{URL}bulk/retry/?{parameter}", {"expected_count": 1}, format="json")
+
+    assert (response.status_code, list(response.json())) == (400, [parameter.split("=")[0]])
+    assert set(Job.objects.values_list("state", flat=True)) == {"failed"}
+
+
 def test_bulk__refuses_a_count_the_filter_no_longer_matches_and_changes_nothing(
     operator: APIClient,
 ) -> None:

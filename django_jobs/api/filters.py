@@ -94,13 +94,18 @@ class JobFilter(django_filters.FilterSet):
 class KnownParametersFilter(filters.BaseFilterBackend):
     """Refuse query parameters that no filter, the ordering or the pagination reads."""
 
+    #: Whether the view pages and orders what it filters.
+    lists = True
+
     def known(self, view: APIView) -> set[str]:
-        names = {*PAGINATION_PARAMETERS, drf_settings.URL_FORMAT_OVERRIDE or "format"}
+        names = {drf_settings.URL_FORMAT_OVERRIDE or "format"}
         filterset_class = getattr(view, "filterset_class", None)
         if filterset_class is not None:
             names.update(filterset_class.base_filters)
-        if getattr(view, "ordering_fields", None):
-            names.add(ORDERING_PARAMETER)
+        if self.lists:
+            names.update(PAGINATION_PARAMETERS)
+            if getattr(view, "ordering_fields", None):
+                names.add(ORDERING_PARAMETER)
         return names
 
     def filter_queryset(
@@ -112,6 +117,17 @@ class KnownParametersFilter(filters.BaseFilterBackend):
             message = f"Unknown query parameter; known parameters are {', '.join(sorted(known))}."
             raise ValidationError({name: [message] for name in unknown})
         return queryset
+
+
+class KnownFilterParameters(KnownParametersFilter):
+    """A bulk verb's parameters: the list's filters, not its ordering or its pages.
+
+    The verb walks every matching job by id, so those would be ignored: a list
+    URL of page 2 pasted into a verb looked as if it acted on that page, and
+    acted on every page.
+    """
+
+    lists = False
 
 
 class JobFilterBackend(DjangoFilterBackend):

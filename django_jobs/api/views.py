@@ -43,7 +43,13 @@ from django_jobs.verbs import VERBS, Verb
 
 from . import refusals
 from .conf import api_settings
-from .filters import JobFilter, JobFilterBackend, KnownParametersFilter, StrictOrderingFilter
+from .filters import (
+    JobFilter,
+    JobFilterBackend,
+    KnownFilterParameters,
+    KnownParametersFilter,
+    StrictOrderingFilter,
+)
 from .pagination import StrictCursorPagination
 from .permissions import Action, AuthorityPermission
 from .serializers import (
@@ -239,7 +245,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         if self.action == "list":
             return super().filter_queryset(queryset)
         if str(self.action).startswith(BULK_PREFIX):
-            for backend in (KnownParametersFilter, JobFilterBackend):
+            for backend in (KnownFilterParameters, JobFilterBackend):
                 queryset = backend().filter_queryset(self.request, queryset, self)
         return queryset
 
