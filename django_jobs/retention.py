@@ -16,8 +16,10 @@ What it deletes, and why it is shaped this way:
   ago it failed.
 * Live jobs (``waiting``, ``queued``, ``running``, ``cancelling``) never, whatever
   their dates; nor a finished job that a ``waiting`` job still waits for.
-* ``RetryWindow`` and ``RateWindow`` rows whose window started more than ``keep_retry_windows``
-  ago (a day by default): the retry budget only reads the current window.
+* ``RetryWindow`` and ``RateWindow`` rows whose window started more than
+  ``keep_retry_windows`` / ``keep_rate_windows`` ago (a day by default; ``jobs
+  prune`` keeps the longest configured window): a budget or a rate limit only
+  reads the current window.
 * Fair-queue clocks (``FairClock``) not moved since the cutoff: a tenant
   that received nothing for that long starts level with the others when it
   comes back, with or without its old clock.
@@ -121,6 +123,7 @@ def prune(
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
     keep_retry_windows: timedelta = RETRY_WINDOW_KEEP,
+    keep_rate_windows: timedelta = RETRY_WINDOW_KEEP,
     now: datetime | None = None,
 ) -> PruneResult:
     """Delete finished jobs older than ``older_than`` and stale bookkeeping rows.
@@ -137,7 +140,7 @@ def prune(
     result = PruneResult(cutoff=cutoff, dry_run=dry_run)
     passes = _candidates(db, cutoff, include_held)
     windows = RetryWindow.objects.using(db).filter(window_start__lt=now - keep_retry_windows)
-    rate_windows = RateWindow.objects.using(db).filter(window_start__lt=now - keep_retry_windows)
+    rate_windows = RateWindow.objects.using(db).filter(window_start__lt=now - keep_rate_windows)
     clocks = FairClock.objects.using(db).filter(updated_at__lt=cutoff)
     workers = Worker.objects.using(db).filter(
         Q(stopped_at__lt=cutoff) | Q(stopped_at__isnull=True, heartbeat_at__lt=cutoff)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
+from django.test import override_settings
 from django.utils import timezone
 
 from django_jobs import retention
@@ -20,6 +23,7 @@ from django_jobs.models import (
     Worker,
 )
 from django_jobs.states import AttemptOutcome, JobState
+from tests.conftest import backend_settings
 
 pytestmark = pytest.mark.postgres
 
@@ -244,6 +248,25 @@ def test_prune__deletes_rate_windows_that_started_more_than_a_day_ago(pg: None) 
         1,
         [current.id],
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "window"),
+    [("RETRY_BUDGET", RetryWindow), ("RATE_LIMITS", RateWindow), ("KEY_RATE_LIMITS", RateWindow)],
+)
+def test_prune_command__keeps_a_window_as_long_as_the_longest_configured_one(
+    pg: None, option: str, window: type[RetryWindow] | type[RateWindow]
+) -> None:
+    now = timezone.now()
+    this_week = window.objects.create(queue="default", window_start=now - timedelta(days=3))
+    window.objects.create(queue="default", window_start=now - timedelta(days=8))
+
+    with override_settings(
+        TASKS=backend_settings(**{option: {"default": (1, WEEK.total_seconds())}})
+    ):
+        call_command("jobs", "prune", stdout=io.StringIO())
+
+    assert list(window.objects.values_list("id", flat=True)) == [this_week.id]
 
 
 def test_prune__deletes_fair_clocks_of_tenants_served_nothing_since_the_cutoff(pg: None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -43,16 +44,16 @@ def add_prune(add: AddSubcommand) -> None:
 
 def prune(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -> None:
     days: float = options["older_than"] or backend.settings.RETENTION_DAYS
-    budgets = backend.settings.RETRY_BUDGET.values()
-    # A retry window longer than a day is still being counted after a day.
-    keep_windows = max([retention.RETRY_WINDOW_KEEP, *(timedelta(seconds=w) for _, w in budgets)])
+    settings = backend.settings
+    rates = [*settings.RATE_LIMITS.values(), *settings.KEY_RATE_LIMITS.values()]
     result = retention.prune(
         backend.db,
         older_than=timedelta(days=days),
         include_held=options["include_held"],
         batch_size=options["batch_size"],
         dry_run=options["dry_run"],
-        keep_retry_windows=keep_windows,
+        keep_retry_windows=_longest(settings.RETRY_BUDGET.values()),
+        keep_rate_windows=_longest(rates),
     )
     if options["json"]:
         command.stdout.write(render.document(dataclasses.asdict(result)))
@@ -71,3 +72,12 @@ def prune(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -
         f"{result.rate_windows} rate window(s), {result.fair_clocks} fair-queue clock(s) "
         f"and {result.workers} worker row(s)."
     )
+
+
+def _longest(limits: Iterable[tuple[int, float]]) -> timedelta:
+    """How long windows of these (count, seconds) limits are kept: a day, or the longest.
+
+    A window longer than a day is still being counted after a day: deleted, a
+    rate limit of one job a week let a second job start the same week.
+    """
+    return max([retention.RETRY_WINDOW_KEEP, *(timedelta(seconds=w) for _, w in limits)])
