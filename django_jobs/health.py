@@ -22,12 +22,14 @@ monitoring-plugin convention (Nagios, Icinga, Sensu, Datadog's
 
 "This host" is ``socket.gethostname()``, as the workers register it; run the
 command where the workers run (in their container, for a pid namespace of
-its own), or name the host.
+its own), or name the host. Another host's silent workers cannot be told
+stuck from gone from here: they are counted as silent.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import IntEnum
@@ -126,9 +128,15 @@ def _workers(backend: JobsBackend, host: str, report: Report) -> list[Worker]:
     )
     live = [w for w in rows if w.heartbeat_at >= fresh]
     silent = [w for w in rows if w.heartbeat_at < fresh]
-    stuck = [w for w in silent if _process_exists(w.pid)]
-    dead = len(silent) - len(stuck)
-    gone = f"; {dead} gone without stopping" if dead else ""
+    if host == socket.gethostname():
+        stuck = [w for w in silent if _process_exists(w.pid)]
+        dead = len(silent) - len(stuck)
+        gone = f"; {dead} gone without stopping" if dead else ""
+    else:
+        # Their pids are another host's: looked up here, they named whatever
+        # process of ours had the number, and a dead worker was called stuck.
+        stuck = []
+        gone = f"; {len(silent)} silent, their processes not checked from here" if silent else ""
     if not live:
         report.checks.append(
             Check(

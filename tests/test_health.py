@@ -16,13 +16,16 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db.models import F
+from django.utils import timezone
 
-from django_jobs.health import _process_exists
+from django_jobs.backend import jobs_backend
+from django_jobs.health import Status, _process_exists, check_health
 from django_jobs.models import Worker
 from tests.conftest import ROOT, WorkerProcess, subprocess_env, wait_until
 from tests.testapp import tasks
@@ -95,6 +98,25 @@ def test_process_exists__a_zombie_counts_as_gone() -> None:
         assert _process_exists(pid) is False
     finally:
         os.waitpid(pid, 0)
+
+
+def test_health__another_hosts_silent_workers_are_counted_not_looked_up_here(pg: None) -> None:
+    now = timezone.now()
+    fields = {"backend": "default", "host": "other-host", "concurrency": 1, "started_at": now}
+    Worker.objects.create(pid=4242, heartbeat_at=now, **fields)
+    # Its pid is this test's own process: looked up here, it "still runs".
+    Worker.objects.create(pid=os.getpid(), heartbeat_at=now - timedelta(hours=1), **fields)
+
+    report = check_health(jobs_backend("default"), "other-host", None, None)
+
+    workers = [(c.status, c.detail) for c in report.checks if c.name == "workers"]
+    assert workers == [
+        (
+            Status.OK,
+            "1 worker(s) heartbeating on other-host; 1 silent, their processes not checked "
+            "from here",
+        )
+    ]
 
 
 def test_health__an_unreachable_database_is_critical(pg: None, unreachable_database: None) -> None:
