@@ -58,4 +58,18 @@ def check_backend(backend: JobsBackend) -> list[checks.CheckMessage]:
                     id="django_jobs.E004",
                 )
             )
+    if vendor == "sqlite" and not settings.USE_TZ and settings.TIME_ZONE != "UTC":
+        # SQLite's own clock (CURRENT_TIMESTAMP), which claims, heartbeats and
+        # leases read, is UTC; with USE_TZ off Django writes TIME_ZONE's local
+        # time, so the two disagree by the zone's offset.
+        errors.append(
+            checks.Error(
+                f"DATABASES[{backend.db!r}] is SQLite with USE_TZ = False and TIME_ZONE = "
+                f"{settings.TIME_ZONE!r}: SQLite's clock is UTC and Django writes local "
+                "times, so jobs would come due hours early or late and live workers would "
+                "look dead.",
+                hint='Set USE_TZ = True (Django\'s default), or TIME_ZONE = "UTC".',
+                id="django_jobs.E011",
+            )
+        )
     return errors

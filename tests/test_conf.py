@@ -78,6 +78,17 @@ def test_check__sqlite_with_immediate_transactions_passes() -> None:
     assert check_ids(DATABASE="sqlite") == []
 
 
+@pytest.mark.parametrize(
+    ("use_tz", "zone", "ids"),
+    [(False, "Asia/Tokyo", ["django_jobs.E011"]), (False, "UTC", []), (True, "Asia/Tokyo", [])],
+)
+def test_check__sqlite_with_local_times_other_than_utc_is_an_error(
+    settings: Any, use_tz: bool, zone: str, ids: list[str]
+) -> None:
+    settings.USE_TZ, settings.TIME_ZONE = use_tz, zone
+    assert check_ids(DATABASE="sqlite") == ids
+
+
 def test_check__a_missing_jobs_database_is_an_error() -> None:
     assert check_ids(DATABASE="jobs") == ["django_jobs.E002"]
 
