@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.core.management.color import no_style
@@ -363,6 +364,19 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s: {predicate}")
         time.sleep(interval)
+
+
+def terminate_backend_of(alias: str) -> None:
+    """Have PostgreSQL end the session behind a Django connection, as a restart would.
+
+    Its pid is read from the connection, not asked of it: the connection may be
+    in the middle of a statement (a COPY).
+    """
+    connections[alias].ensure_connection()
+    pid = connections[alias].connection.info.backend_pid
+    params = connections[alias].get_connection_params()
+    with psycopg.connect(**params, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
 def waiting_for_a_lock(alias: str = "default") -> int:

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from django.db import connections
 from django.db.models.functions import Now
@@ -41,6 +40,7 @@ from django_jobs.worker.executor import Executor
 from django_jobs.worker.faults import Faults
 from django_jobs.worker.runner import given_back
 from django_jobs.worker.running import Running
+from tests.conftest import terminate_backend_of
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.postgres
@@ -286,16 +286,6 @@ def test_completer__a_dead_child_loses_its_attempt_and_requeues_the_job(setup: S
     assert setup.engine.calls == [("release_lease", [(claimed.job_id, 1)])]
     (again,) = setup.engine.claim(setup.me, ["default"], 1)
     assert (again.job_id, again.token, again.suspect) == (claimed.job_id, 2, True)
-
-
-def terminate_backend_of(alias: str) -> None:
-    """Have PostgreSQL end the session behind a Django connection, as a restart would."""
-    with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (pid,) = cursor.fetchone()
-    params = connections[alias].get_connection_params()
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
 def test_completer__outcomes_survive_a_database_fault_and_are_written_later(

@@ -33,7 +33,12 @@ from django_jobs.framework import Task, TaskResultDoesNotExist, TaskResultStatus
 from django_jobs.models import Job
 from django_jobs.results import JobResult
 from django_jobs.testing import drain
-from tests.conftest import backend_settings, listen_for_wakeups, results_sent
+from tests.conftest import (
+    backend_settings,
+    listen_for_wakeups,
+    results_sent,
+    terminate_backend_of,
+)
 from tests.testapp import tasks
 from tests.testapp.models import Order
 
@@ -555,13 +560,6 @@ def test_enqueue_many__a_bad_call_after_rows_were_sent_leaves_the_callers_transa
             enqueue_many(tasks.add, calls)
         Order.objects.create(number="A-2")
     assert (Order.objects.count(), job_count()) == (2, 0)
-
-
-def terminate_backend_of(alias: str) -> None:
-    """End the server process of ``alias``'s connection, as a restart or an admin would."""
-    pid = connections[alias].connection.info.backend_pid
-    with psycopg.connect(**connections[alias].get_connection_params(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
 class DropsTheConnection(tuple[Any, ...]):

@@ -53,6 +53,10 @@ RECYCLE_EXIT_CODE = 75
 # much before its slot is claimed for again.
 LINGER_SECONDS = 0.002
 
+# How often the last writes of a stopping worker are tried: its outcomes, then
+# the release of what still runs. A stopping worker does not wait between tries.
+RELEASE_TRIES = 5
+
 
 def rss_mb() -> float:
     """Resident memory of this process, from /proc (Linux) or the peak otherwise."""
@@ -163,7 +167,7 @@ class Producer:
                 for report in self.prefetch.give_back_all():
                     self.completer.submit(report)
                 self.completer.collect()
-                self._write_and_claim(0, 0)
+                self._write_last()
                 self.completer.write_held()
                 self._release_all("worker shut down before the job finished")
                 return self.exit_code
@@ -181,6 +185,19 @@ class Producer:
             return self.engine.claim(self.identity, self.queues, now, ahead)
 
         return self.completer.write(claim, otherwise=[])
+
+    def _write_last(self) -> None:
+        """Write the outcomes in hand before the rest is released, tried as often as the release.
+
+        Written once, a dropped connection (a database restart) failed the
+        write and the release that follows reconnected: an attempt that had
+        succeeded, or was given back unstarted, was recorded ``lost`` and its
+        job run again, counted and marked suspect.
+        """
+        for _ in range(RELEASE_TRIES):
+            self._write_and_claim(0, 0)
+            if not self.completer.pending:
+                return
 
     def _idle_wait(self) -> float:
         wait = self.settings.POLL_SECONDS
@@ -216,7 +233,7 @@ class Producer:
 
     def _release_all(self, reason: str) -> None:
         released = self.faults.retry(
-            lambda: self.engine.release_worker(self.identity.id, reason), tries=5
+            lambda: self.engine.release_worker(self.identity.id, reason), tries=RELEASE_TRIES
         )
         if released:
             logger.warning("Released %d running job(s): %s", released, reason)

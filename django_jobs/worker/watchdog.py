@@ -46,8 +46,12 @@ class Watchdog:
                     and now >= control.cancel_seen + self.settings.CANCEL_GRACE_SECONDS
                 ) and control.stop(JobCancelled):
                     logger.warning("Job %s attempt %d ignored its cancel; stopping it.", *key)
-            elif now >= control.stop_sent + self.settings.STOP_GRACE_SECONDS and (
-                self.running.abandon(key)
+            elif (
+                now >= control.stop_sent + self.settings.STOP_GRACE_SECONDS
+                # It stopped: its outcome is made, or waits to be written (a
+                # database outage), and nothing is left to give up on.
+                and not control.finished
+                and self.running.abandon(key)
             ):
                 given_up.append(self._abandoned(attempt))
         return given_up
@@ -67,7 +71,7 @@ class Watchdog:
         moments: list[float] = []
         for attempt in self.running.snapshot().values():
             control = attempt.control
-            if attempt.abandoned:
+            if attempt.abandoned or control.finished:
                 continue
             # A timeout, the end of a cancel's grace, or the end of a stop's grace.
             if control.stop_sent is not None:
