@@ -220,7 +220,7 @@ class JobsOptions:
                     )
         for queue, weights in self.FAIR_QUEUES.items():
             if not isinstance(weights, Mapping) or not all(
-                isinstance(w, int | float) and not isinstance(w, bool) and w > 0
+                isinstance(w, int | float) and not isinstance(w, bool) and 0 < w < math.inf
                 for w in weights.values()
             ):
                 raise _bad(
@@ -248,11 +248,12 @@ def _check_pair(where: str, name: str, queue: str, pair: Any) -> None:
         or pair[0] < 1
         or isinstance(pair[1], bool)
         or not isinstance(pair[1], int | float)
-        or pair[1] <= 0
+        or not 0 < pair[1] <= MAX_RETRY_DELAY_SECONDS  # NaN and infinity too
     ):
         raise _bad(
             f"{where}[{name!r}][{queue!r}] must be (count, window_seconds) with a count "
-            f">= 1 and a positive window, not {pair!r}."
+            f">= 1 and a window of more than 0 and at most {MAX_RETRY_DELAY_SECONDS} seconds "
+            f"(a hundred years), not {pair!r}."
         )
 
 

@@ -28,6 +28,8 @@ _OUR_REFRESH_ATTRS = (
     "run_after",
     "progress",
     "cancel_requested_at",
+    # A sleep, an operator's retry or a postponement moves the budget.
+    "max_attempts",
 )
 
 

@@ -29,6 +29,8 @@ class Backoff:
     def __post_init__(self) -> None:
         if self.base < 0 or self.cap < 0:
             raise ValueError("Backoff base and cap must not be negative.")
+        if self.base != self.base:  # NaN passes every comparison: every delay was the cap
+            raise ValueError("Backoff base must be a number of seconds, not NaN.")
         if self.cap < self.base:
             raise ValueError("Backoff cap must not be below its base.")
         if not self.cap <= MAX_RETRY_DELAY_SECONDS:  # NaN too

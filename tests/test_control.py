@@ -270,6 +270,17 @@ def test_retry_budget__retries_beyond_the_budget_are_pushed_to_later_windows(pg:
     assert RetryWindow.objects.get().retries == 5
 
 
+def test_refresh__reads_the_attempt_budget_an_operator_retry_gave(pg: None) -> None:
+    result = tasks.add.enqueue(1, 2)
+    spent = result.max_attempts
+    Job.objects.filter(id=result.id).update(state=JobState.EXHAUSTED, attempts=spent)
+    control.retry(result.id, actor="ops")
+
+    result.refresh()
+
+    assert result.max_attempts == tasks.add.get_result(result.id).max_attempts > spent
+
+
 # -- progress ---------------------------------------------------------------------------
 
 

@@ -43,6 +43,11 @@ def test_backoff__rejects_a_cap_below_the_base() -> None:
         Backoff(base=5.0, cap=1.0)
 
 
+def test_backoff__rejects_a_base_that_is_not_a_number() -> None:
+    with pytest.raises(ValueError, match="base must be a number of seconds, not NaN"):
+        Backoff(base=float("nan"), cap=10.0)
+
+
 def test_decide__retries_a_retryable_error_with_backoff() -> None:
     decision = policy().decide(ConnectionError("down"), attempt=2, rand=lambda: 0.5)
     assert decision == Decision(Verdict.RETRY, 1.0)
