@@ -8,6 +8,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,9 +17,9 @@ from django.db import connection, connections, transaction
 from django.db.models import Max
 from django.test import override_settings
 
-from django_jobs import JobState, control, enqueue_many, framework
+from django_jobs import EnqueueOutcome, JobState, control, enqueue_many, framework
 from django_jobs.conf import JobsOptions
-from django_jobs.engine import engine_for
+from django_jobs.engine import engine_for, flow
 from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.framework import task_backends
 from django_jobs.models import Attempt, FairClock, Job, QueueEvent
@@ -163,6 +164,41 @@ def test_key_limits__a_long_run_of_one_key_does_not_hold_back_the_other_keys(
         )
     )
     assert keys == {"big": 1, "k0": 1, "k1": 1, "k2": 1, "k3": 1, "k4": 1}
+
+
+def test_limited_claim__skips_a_job_a_debounce_put_off_between_its_read_and_its_lock(
+    pg: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = {"backend": "flow", "queue_name": "limited", "unique_key": "k"}
+    first = tasks.add.using(**key, debounce=timedelta(milliseconds=50)).enqueue(1, 2)
+    time.sleep(0.1)  # due
+    later: list[Any] = []
+    choose = flow.within_key_limits
+
+    def choose_then_debounce(*args: Any, **kwargs: Any) -> Any:
+        chosen = choose(*args, **kwargs)
+
+        # Another process's call of the key commits between the read and the lock.
+        def call() -> None:
+            later.append(tasks.add.using(**key, debounce=timedelta(hours=1)).enqueue(5, 6))
+            connections.close_all()
+
+        other = threading.Thread(target=call)
+        other.start()
+        other.join(10)
+        return chosen
+
+    monkeypatch.setattr(flow, "within_key_limits", choose_then_debounce)
+
+    got = claim(["limited"], 1)
+
+    job = Job.objects.get(id=first.id)
+    assert (got, later[0].enqueue_outcome, job.state, job.args) == (
+        [],
+        EnqueueOutcome.DEBOUNCED,
+        JobState.QUEUED,
+        [5, 6],
+    )
 
 
 # -- fairness ----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from ..states import Transition
 from ..values import Claimed, WorkerIdentity
 from .claims import CLAIM_FIELDS, lease
 from .fair_clocks import clocks
-from .guards import ready, sources
+from .guards import ready, ready_now, sources
 
 if TYPE_CHECKING:
     from .base import Engine
@@ -80,9 +80,12 @@ def claim_constrained(
                 .values_list("id", "concurrency_key")[:want]
             )
         chosen = within_key_limits(candidates, key_limit, key_rate, budget, counts)
-        # Locked by primary key alone, the state checked on the row as locked:
+        # Locked by primary key alone, readiness checked on the row as locked:
         # a state condition in this query let a plan made from statistics
         # taken on an empty table read every queued row through a partial index.
+        # Due again on the locked row, not only in the candidates' read: a
+        # debounce that committed in between moved run_after an hour on, and
+        # the job ran at once with the arguments promised for later.
         locked = {
             job.id: job
             for job in Job.objects.using(db)
@@ -90,12 +93,13 @@ def claim_constrained(
             .order_by()
             .select_for_update(skip_locked=True, of=("self",))
             .only(*CLAIM_FIELDS, "state")
+            .annotate(due=ready_now())
         }
         claimable = sources(Transition.CLAIM)
         rows = [
-            locked[job_id]
+            job
             for job_id in chosen
-            if job_id in locked and locked[job_id].state in claimable
+            if (job := locked.get(job_id)) is not None and job.state in claimable and job.due
         ]
         if window is not None and rows:
             RateWindow.objects.using(db).filter(pk=window.pk).update(claims=F("claims") + len(rows))

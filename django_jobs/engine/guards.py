@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db.models import QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 
 from ..models import Job, QueueState
@@ -33,6 +33,14 @@ def ready(db: str, queues: Sequence[str]) -> QuerySet[Job]:
         .filter(state=JobState.QUEUED, queue__in=queues, run_after__lte=Now())
         # Never start a job after its deadline; the reaper marks it expired.
         .exclude(expires_at__lte=Now())
+    )
+
+
+def ready_now() -> ExpressionWrapper[Q]:
+    """Whether a row is due and not past its deadline, as ``ready`` reads it: a column."""
+    return ExpressionWrapper(
+        Q(run_after__lte=Now()) & (Q(expires_at__isnull=True) | Q(expires_at__gt=Now())),
+        output_field=BooleanField(),
     )
 
 
