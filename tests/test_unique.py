@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing
+import time
 import uuid
 from typing import Any
 
@@ -13,13 +14,17 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobs import EnqueueOutcome, InvalidJobOptionError, JobState, enqueue_many
+from django_jobs.backend import jobs_backend
 from django_jobs.framework import task_enqueued
 from django_jobs.models import Job, JobEvent
 from django_jobs.testing import drain
+from django_jobs.values import WorkerIdentity
+from django_jobs.worker.runner import given_back
 from tests.conftest import ROOT, listen_for_wakeups, results_sent, run_in_processes
 from tests.testapp import tasks
 
 HOUR = dt.timedelta(hours=1)
+MOMENT = dt.timedelta(milliseconds=50)
 EXAMPLE = ROOT / "docs" / "examples" / "unique" / "search_index.py"
 
 
@@ -229,6 +234,23 @@ def test_debounce__a_job_that_started_keeps_its_arguments_and_a_new_job_takes_th
     assert [(str(j.id), j.args, j.state) for j in jobs(alias)] == [
         (first.id, [1, 2], JobState.SUCCEEDED),
         (second.id, [3, 4], JobState.QUEUED),
+    ]
+
+
+def test_debounce__a_job_claimed_ahead_and_given_back_unstarted_still_takes_the_call(
+    alias: str,
+) -> None:
+    first = tasks.add.using(backend=alias, unique_key="k", debounce=MOMENT).enqueue(1, 2)
+    time.sleep(MOMENT.total_seconds() * 2)  # due
+    engine, me = jobs_backend(alias).engine, WorkerIdentity(uuid.uuid4(), "test")
+    (ahead,) = engine.claim(me, ["default"], 0, 1)
+    engine.finish(me.id, [given_back((ahead.job_id, ahead.token), ahead.attempt_id, "waited")])
+
+    second = tasks.add.using(backend=alias, unique_key="k", debounce=HOUR).enqueue(5, 6)
+
+    assert (second.enqueue_outcome, second.id) == (EnqueueOutcome.DEBOUNCED, first.id)
+    assert [(str(j.id), j.args, j.state) for j in jobs(alias)] == [
+        (first.id, [5, 6], JobState.QUEUED)
     ]
 
 

@@ -11,13 +11,26 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from ..models import Job, JobEvent
+from ..models import Attempt, Job, JobEvent
+from ..states import AttemptOutcome
 from ..unique import DEBOUNCE_STATES, UniqueRule
 
 DEBOUNCE = "debounce"  # JobEvent.transition of a debounce: the state does not change
+
+
+def not_started() -> Q:
+    """A job a debounce may still change: waiting or queued, and no attempt of it ran.
+
+    Not ``attempts == 0``: an attempt claimed ahead and given back unstarted
+    counts in ``attempts`` (its number fences the next one), and a debounced
+    job so given back was left with its old arguments, due at once, while
+    the call made a second job.
+    """
+    ran = Attempt.objects.filter(job=OuterRef("pk")).exclude(outcome=AttemptOutcome.NOT_STARTED)
+    return Q(state__in=DEBOUNCE_STATES) & ~Q(Exists(ran))
 
 
 def find(db: str, job: Job, rule: UniqueRule, *, lock: bool) -> Job | None:
@@ -30,7 +43,7 @@ def find(db: str, job: Job, rule: UniqueRule, *, lock: bool) -> Job | None:
     """
     jobs = Job.objects.using(db).filter(unique_key=rule.key, dedup_scope=job.dedup_scope)
     if rule.debounce is not None:
-        jobs = jobs.filter(state__in=DEBOUNCE_STATES, attempts=0)
+        jobs = jobs.filter(not_started())
         if lock:
             jobs = jobs.select_for_update()
     else:
@@ -49,9 +62,7 @@ def debounce(db: str, found: Job, call: Job, actor: str) -> bool:
     now = timezone.now()
     changes = {"args": call.args, "kwargs": call.kwargs, "run_after": call.run_after}
     moved = (
-        Job.objects.using(db)
-        .filter(id=found.id, state__in=DEBOUNCE_STATES, attempts=0)
-        .update(**changes, updated_at=now)
+        Job.objects.using(db).filter(not_started(), id=found.id).update(**changes, updated_at=now)
     )
     if not moved:
         return False
