@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.test import override_settings
 
 from django_jobs import EnqueueOutcome, JobState, control, enqueue_many, framework
@@ -22,7 +22,7 @@ from django_jobs.conf import JobsOptions
 from django_jobs.engine import engine_for, flow
 from django_jobs.exceptions import NotAJobsBackendError
 from django_jobs.framework import task_backends
-from django_jobs.models import Attempt, FairClock, Job, QueueEvent
+from django_jobs.models import Attempt, FairClock, Job, QueueEvent, RateWindow
 from django_jobs.values import Claimed, WorkerIdentity
 from django_jobs.worker.runner import given_back
 from tests.conftest import (
@@ -419,6 +419,23 @@ def test_rate_limit__an_attempt_given_back_unstarted_gives_its_start_back(
     again = engine.claim(me, ["rated"], 2)
 
     assert len(again) == 1
+
+
+def test_rate_limit__a_give_back_refunds_the_window_its_claim_counted_in_not_leased_ats(
+    pg: None,
+) -> None:
+    """The database's clock (leased_at) an hour ahead of the claim's: the same window refunded."""
+    rated = tasks.noop.using(backend="flow", queue_name="rated")
+    enqueue_many(rated, [((), {})] * 2)
+    hourly = JobsOptions.from_mapping("flow", {"RATE_LIMITS": {"rated": (2, 3600.0)}})
+    engine = engine_for("default", hourly)
+    me = WorkerIdentity(uuid.uuid4(), "test")
+    (first,) = engine.claim(me, ["rated"], 1)
+    Job.objects.filter(id=first.job_id).update(leased_at=F("leased_at") + timedelta(hours=1))
+
+    engine.finish(me.id, [given_back((first.job_id, first.token), first.attempt_id, "waited")])
+
+    assert list(RateWindow.objects.values_list("claims", flat=True)) == [0]
 
 
 def test_polling__a_worker_without_listen_still_picks_jobs_up(

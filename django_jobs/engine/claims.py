@@ -8,6 +8,7 @@ plain queues in one statement instead (``postgres/statements.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F, Value
@@ -58,15 +59,19 @@ def claim_plain(
         return lease(db, worker, rows)
 
 
-def lease(db: str, worker: WorkerIdentity, rows: Sequence[Job]) -> list[Claimed]:
+def lease(
+    db: str, worker: WorkerIdentity, rows: Sequence[Job], now: datetime | None = None
+) -> list[Claimed]:
     """Mark locked, queued rows running, leased to ``worker``, and give each an attempt.
 
     The lease is on the row (``leased_by``, ``leased_at``), written by the
-    update that marks it running: no row of its own.
+    update that marks it running: no row of its own. ``now``: the claim's
+    moment, its attempts' start (a flow-controlled claim counted its rate
+    windows at it).
     """
     if not rows:
         return []
-    now = timezone.now()
+    now = now or timezone.now()
     # By primary key alone, for the same reason as the lock: the rows are
     # locked by this transaction and were queued when it locked them.
     updated = (

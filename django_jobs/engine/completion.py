@@ -134,7 +134,8 @@ def finish(
             if transition is Transition.SLEEP and report.wake_at is not None:
                 record_sleep(db, report.job_id, report.token, report.sleep_step, report.wake_at)
             if transition is Transition.GIVE_BACK:
-                refund_claim(db, rules, job)
+                started = Attempt.objects.using(db).values_list("started_at", flat=True)
+                refund_claim(db, rules, job, started.get(id=report.attempt_id))
             Attempt.objects.using(db).filter(
                 id=report.attempt_id, outcome=AttemptOutcome.RUNNING
             ).update(

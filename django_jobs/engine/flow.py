@@ -43,6 +43,9 @@ def claim_constrained(
     a fresh snapshot per statement).
     """
     db, rules = engine.db, engine.options
+    # One moment for the whole claim: the rate windows it counts in and the
+    # attempts' start, from which a give-back finds the window to refund.
+    now = timezone.now()
     with transaction.atomic(using=db):
         engine.lock_queue(queue)
         if QueueState.objects.using(db).filter(queue=queue, paused=True).exists():
@@ -55,7 +58,7 @@ def claim_constrained(
         window: RateWindow | None = None
         if queue in rules.RATE_LIMITS:
             allowed, seconds = rules.RATE_LIMITS[queue]
-            window = rate_window(db, queue, seconds)
+            window = rate_window(db, queue, seconds, now)
             budget = min(budget, allowed - window.claims)
         if budget <= 0:
             return []
@@ -67,7 +70,7 @@ def claim_constrained(
         # Keys already at a limit are left out of the candidates: otherwise a
         # long run of one key at the head of the queue filled them, and the
         # other keys' jobs waited behind it, against the promise of the limit.
-        counts = key_counts(db, queue, key_limit, key_rate)
+        counts = key_counts(db, queue, key_limit, key_rate, now)
         blocked = counts.at_limit(key_limit, key_rate)
         fair: dict[uuid.UUID, tuple[str, float]] = {}
         if queue in rules.FAIR_QUEUES:
@@ -106,13 +109,13 @@ def claim_constrained(
         if key_rate is not None:
             started = Counter(row.concurrency_key for row in rows if row.concurrency_key)
             for key, count in started.items():
-                key_window = rate_window(db, queue, key_rate[1], key)
+                key_window = rate_window(db, queue, key_rate[1], now, key)
                 RateWindow.objects.using(db).filter(pk=key_window.pk).update(
                     claims=F("claims") + count
                 )
         if fair and rows:
             engine.record_served(queue, fairness.served(fair[row.id] for row in rows))
-        return lease(db, worker, rows)
+        return lease(db, worker, rows, now)
 
 
 def fair_candidates(
@@ -133,26 +136,25 @@ def fair_candidates(
     )
 
 
-def window_start(seconds: float) -> datetime:
-    """The start of the fixed window of ``seconds`` holding now (as the retry budget's)."""
-    return budget_window(timezone.now(), seconds)
-
-
-def rate_window(db: str, queue: str, seconds: float, key: str = "") -> RateWindow:
+def rate_window(db: str, queue: str, seconds: float, at: datetime, key: str = "") -> RateWindow:
+    """The rate window of ``seconds`` holding ``at`` (fixed, as the retry budget's)."""
     window, _ = RateWindow.objects.using(db).get_or_create(
-        queue=queue, key=key, window_start=window_start(seconds)
+        queue=queue, key=key, window_start=budget_window(at, seconds)
     )
     return window
 
 
-def refund_claim(db: str, rules: JobsOptions, job: Job) -> None:
+def refund_claim(db: str, rules: JobsOptions, job: Job, claimed_at: datetime) -> None:
     """Take back what a claim counted for an attempt given back unstarted.
 
     Such an attempt (``worker/prefetch.py``) never ran, yet its claim spent a
     start of its rate windows, so a window started one job fewer than its
     limit, and served its tenant a turn of a fair queue. ``job`` is its row
-    as the completion locked it, still leased: the window is the one holding
-    the claim's moment (``leased_at``); one already over takes the refund
+    as the completion locked it, still leased; ``claimed_at`` its attempt's
+    start, the moment the claim counted its windows at (not ``leased_at``, the
+    database's clock: a claim across a window's end, or a clock apart from
+    the database's, refunded a window that never counted it, and the next
+    one started a job over its limit). One already over takes the refund
     harmlessly. The tenant's clock goes back by one job (``1 / weight``): its
     next job ranks as the one given back did, unless the queue's time has
     passed it meanwhile, and then nothing changes.
@@ -168,9 +170,6 @@ def refund_claim(db: str, rules: JobsOptions, job: Job) -> None:
         windows.append(("", rules.RATE_LIMITS[queue][1]))
     if key and queue in rules.KEY_RATE_LIMITS:
         windows.append((key, rules.KEY_RATE_LIMITS[queue][1]))
-    claimed_at = job.leased_at
-    if claimed_at is None:  # every claim stamps it; only a row written by hand lacks it
-        return
     for window_key, seconds in windows:
         RateWindow.objects.using(db).filter(
             queue=queue,
@@ -180,7 +179,9 @@ def refund_claim(db: str, rules: JobsOptions, job: Job) -> None:
         ).update(claims=F("claims") - 1)
 
 
-def key_counts(db: str, queue: str, key_limit: int | None, key_rate: RateLimit | None) -> KeyCounts:
+def key_counts(
+    db: str, queue: str, key_limit: int | None, key_rate: RateLimit | None, at: datetime
+) -> KeyCounts:
     """Jobs of each concurrency key running now, and started in the key's rate window."""
     running: dict[str, int] = {}
     if key_limit is not None:
@@ -200,7 +201,7 @@ def key_counts(db: str, queue: str, key_limit: int | None, key_rate: RateLimit |
     if key_rate is not None:
         started = dict(
             RateWindow.objects.using(db)
-            .filter(queue=queue, window_start=window_start(key_rate[1]))
+            .filter(queue=queue, window_start=budget_window(at, key_rate[1]))
             .exclude(key="")
             .values_list("key", "claims")
         )
