@@ -41,9 +41,12 @@ def new_job(
     timeout: float | None,
     now: datetime | None = None,
 ) -> Job:
+    # The id first: its time (whole milliseconds) is then never after the
+    # enqueue's stamp, however long the process waits for a core in between.
+    job_id = new_id()
     now = now or timezone.now()
     given = {
-        "id": new_id(),
+        "id": job_id,
         "backend": backend,
         "task_name": task_name,
         "task_version": task_version,
