@@ -101,8 +101,11 @@ class Steps:
                 f"step {name!r} of job {self.job_id} was recorded while this run computed it "
                 "(a step of the same name inside it?); step names must be unique within a run."
             )
-        recorded[name] = stored
-        return cast("R", self._decoded(name, stored))
+        # As the database keeps it, read back: jsonb has its own idea of some
+        # values (1e16 comes back an int), and a replay must see what this run saw.
+        rows = Step.objects.using(self.engine.db).filter(job_id=self.job_id, name=name)
+        recorded[name] = rows.values_list("result", flat=True).get()
+        return cast("R", self._decoded(name, recorded[name]))
 
     def sleep_until(self, when: datetime, name: str | None = None) -> None:
         """End the attempt until ``when``, unless this run's sleep of that name was slept already.

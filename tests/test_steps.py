@@ -70,6 +70,18 @@ def test_step__a_completed_step_returns_its_record_and_does_not_run_again_on_a_r
     assert drained.results[0].return_value == ["one", "9.90", "Decimal", "three"]
 
 
+def test_step__the_first_run_and_a_replay_see_the_same_type(place: str) -> None:
+    result = step_tasks.big_number_step.using(backend=place).enqueue()
+
+    drained = drain(backend=place)
+
+    first = Attempt.objects.using(place).get(job_id=result.id, number=1)
+    assert (first.error_message, first.error_type) == (
+        drained.results[0].return_value,
+        "builtins.RuntimeError",
+    )
+
+
 def test_step__a_name_used_twice_in_one_run_fails_the_job_for_good_at_the_second(
     place: str,
 ) -> None:

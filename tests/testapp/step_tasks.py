@@ -41,6 +41,18 @@ def three_steps(context: JobContext, fail_after: int) -> list[Any]:
     return [one, str(two), type(two).__name__, three]
 
 
+@task(takes_context=True, max_attempts=2)
+def big_number_step(context: JobContext) -> str:
+    """Step "big" returns 1e16, which jsonb keeps as an integer; attempt 1 fails after it.
+
+    Each attempt reports the type its step returned: attempt 1 as its error.
+    """
+    seen = type(context.step("big", lambda: 1e16)).__name__
+    if context.attempt == 1:
+        raise RuntimeError(seen)
+    return seen
+
+
 @task(takes_context=True, max_attempts=1)
 def same_name_twice(context: JobContext) -> None:
     context.step("send", effect, context, "first")
