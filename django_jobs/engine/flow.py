@@ -43,11 +43,12 @@ def claim_constrained(
     a fresh snapshot per statement).
     """
     db, rules = engine.db, engine.options
-    # One moment for the whole claim: the rate windows it counts in and the
-    # attempts' start, from which a give-back finds the window to refund.
-    now = timezone.now()
     with transaction.atomic(using=db):
         engine.lock_queue(queue)
+        # One moment for the whole claim, read once the lock is held: the rate
+        # windows it counts in and its attempts' start, from which a give-back
+        # finds the window to refund.
+        now = timezone.now()
         if QueueState.objects.using(db).filter(queue=queue, paused=True).exists():
             return []
         budget = limit
