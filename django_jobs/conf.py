@@ -339,7 +339,7 @@ def timezone_problem(name: Any) -> str | None:
         return f"timezone must be an IANA name such as 'Europe/Paris', not {name!r}"
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # "America": a folder of tzdata
         return f"timezone {name!r} is not a known IANA timezone"
     return None
 

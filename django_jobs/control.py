@@ -41,6 +41,7 @@ from .exceptions import (
 )
 from .models import Job, QueueState
 from .states import Transition
+from .text import unstorable
 from .values import Operated
 from .verbs import VERBS
 
@@ -131,9 +132,17 @@ def _checked_verb(verb: str) -> None:
 def _checked_note(verb: str, note: str) -> str:
     """The stripped note, once the verb is known and has the note it needs."""
     _checked_verb(verb)
-    note = note.strip()
+    note = _storable_note(note)
     if VERBS[verb].needs_note and not note:
         raise NoteRequiredError(f"{verb} needs a note saying why.")
+    return note
+
+
+def _storable_note(note: str) -> str:
+    """The stripped note, refused if the audit trail cannot keep it (a DataError midway)."""
+    note = note.strip()
+    if (wrong := unstorable(note)) is not None:
+        raise OperatorRequestError(f"The note must not contain {wrong}.")
     return note
 
 
@@ -349,4 +358,4 @@ def _set_paused(queue: str, paused: bool, actor: Any, note: str, alias: str) -> 
             f"{queue!r} cannot be a queue: a queue name has at most {longest} "
             "characters and no NUL."
         )
-    return backend.engine.set_queue_paused(queue, paused, actor_name(actor), note.strip())
+    return backend.engine.set_queue_paused(queue, paused, actor_name(actor), _storable_note(note))

@@ -870,6 +870,55 @@ def test_dashboard__pauses_and_resumes_a_queue_with_audit(admin_client: Client) 
     assert QueueState.objects.get(queue="other").paused is False
 
 
+def test_dashboard__a_queue_whose_name_holds_a_slash_is_shown_and_paused(
+    admin_client: Client, settings: Any
+) -> None:
+    settings.TASKS = {
+        **settings.TASKS,
+        "default": {**settings.TASKS["default"], "QUEUES": ["default", "reports/daily"]},
+    }
+    url = reverse("admin:django_jobs_queue_pause", args=["reports/daily"])
+
+    page = admin_client.get(DASHBOARD_URL)
+    admin_client.post(url, {"pause": "1"})
+
+    assert (page.status_code, url in page.content.decode()) == (200, True)
+    assert QueueState.objects.get(queue="reports/daily").paused is True
+
+
+def test_dashboard__a_note_with_a_nul_character_is_refused_and_nothing_is_paused(
+    admin_client: Client,
+) -> None:
+    url = reverse("admin:django_jobs_queue_pause", args=["other"])
+
+    done = admin_client.post(url, {"pause": "1", "note": "a\x00b"}, follow=True)
+
+    assert texts(done) == ["The note must not contain a NUL character (\\x00)."]
+    assert (QueueState.objects.count(), QueueEvent.objects.count()) == (0, 0)
+
+
+def test_job_page__a_note_with_a_nul_character_is_asked_for_again_and_nothing_changes(
+    admin_client: Client,
+) -> None:
+    job = make_job(JobState.EXHAUSTED)
+
+    answer = admin_client.post(f"{LIST_URL}{job.pk}/do/quarantine/", {"note": "a\x00b"})
+
+    assert answer.status_code == 200
+    assert "The note must not contain a NUL character" in answer.content.decode()
+    assert (state(job), JobEvent.objects.count()) == (JobState.EXHAUSTED, 0)
+
+
+def test_list__a_tenant_filter_with_a_nul_character_is_the_admins_bad_parameter_answer(
+    admin_client: Client,
+) -> None:
+    make_job(tenant="acme")
+
+    answer = admin_client.get(LIST_URL, {"tenant": "a\x00b"})
+
+    assert (answer.status_code, answer["Location"]) == (302, f"{LIST_URL}?e=1")
+
+
 def test_dashboard__pausing_needs_its_permission(db: None) -> None:
     user = User.objects.create_user("viewer", is_staff=True)
     user.user_permissions.add(Permission.objects.get(codename="view_job"))

@@ -448,6 +448,49 @@ def test_admin__validates_and_switches_schedules(pg: None) -> None:
     assert Schedule in site._registry
 
 
+def schedule_form(**fields: Any) -> dict[str, Any]:
+    """The admin's add form for a schedule of ``add(1, 2)``, with these fields changed."""
+    return {
+        "name": "s",
+        "backend": "default",
+        "task_name": TASK,
+        "args": "[1, 2]",
+        "kwargs": "{}",
+        "queue": "default",
+        "priority": 0,
+        "tenant": "",
+        "cron": "*/5 * * * *",
+        "timezone": "UTC",
+        "enabled": "on",
+        "missed": "skip",
+        "max_catch_up": 10,
+        **fields,
+    }
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"timezone": "America"}, "timezone", "'America' is not a known IANA timezone"),
+        ({"args": '["a\\u0000b"]'}, "args", "NUL character"),
+        ({"backend": "sqlite"}, "backend", "keeps its jobs in the database 'sqlite'"),
+    ],
+    ids=["a tzdata folder", "a NUL in args", "another database"],
+)
+def test_admin__refuses_a_schedule_it_could_not_keep_or_fire(
+    pg: None, fields: dict[str, Any], field: str, message: str
+) -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
+
+    answer = client.post("/admin/django_jobs/schedule/add/", schedule_form(**fields))
+
+    errors = answer.context["adminform"].form.errors
+    assert list(errors) == [field] and message in " ".join(errors[field])
+    assert not Schedule.objects.exists()
+
+
 @pytest.mark.postgres
 def test_admin__actions_disable_enable_and_run_now(pg: None) -> None:
     admin = User.objects.create_superuser("ops", "ops@example.com", "pw")

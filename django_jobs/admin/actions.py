@@ -47,7 +47,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import control
-from ..exceptions import InvalidTransitionError, JobNotFoundError, StaleCountError
+from ..exceptions import InvalidTransitionError, JobNotFoundError, OperatorRequestError
 from ..models import Job
 from ..verbs import VERBS, Verb
 
@@ -234,7 +234,12 @@ def _bulk(
                 bulk=True,
                 error=_("Say why: a reason is required."),
             )
-        report(request, verb, control.apply_many(verb.name, ids, actor=request.user, note=note))
+        try:
+            done = control.apply_many(verb.name, ids, actor=request.user, note=note)
+        except OperatorRequestError as exc:  # a note the audit trail cannot keep
+            jobs = list(Job.objects.filter(id__in=ids).only("id", "task_name", "state"))
+            return _confirm(request, model_admin, verb, jobs, bulk=True, error=str(exc))
+        report(request, verb, done)
         return None
 
     action.__name__ = f"{verb.name}_jobs"
@@ -253,7 +258,7 @@ def _across(
             result = control.apply_matching(
                 verb.name, queryset, actor=request.user, note=note, expected=int(expected)
             )
-        except StaleCountError as exc:
+        except OperatorRequestError as exc:  # a stale count, a note the trail cannot keep
             messages.error(request, str(exc))
             return None
         report_matching(request, verb, result)
@@ -308,6 +313,8 @@ def verb_view(
         )
     try:
         done = control.perform(verb.name, job.pk, actor=request.user, note=note)
+    except OperatorRequestError as exc:  # a note the audit trail cannot keep
+        return _confirm(request, model_admin, verb, [job], bulk=False, error=str(exc))
     except (InvalidTransitionError, JobNotFoundError) as exc:
         messages.warning(request, _("Refused: %(reason)s") % {"reason": exc})
         return HttpResponseRedirect(change_url)

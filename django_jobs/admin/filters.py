@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -22,6 +23,7 @@ from ..backend import JobsBackend
 from ..framework import task_backends
 from ..models import Job
 from ..states import JobState
+from ..text import unstorable
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -100,6 +102,10 @@ class TypedFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         value = self.value()
+        if value and unstorable(value) is not None:
+            # No row holds it, and PostgreSQL refuses to compare with it (a 500):
+            # the admin's own answer to a parameter it cannot use.
+            raise IncorrectLookupParameters(f"{self.parameter_name}: {value!r}")
         return queryset.filter(**{self.field: value}) if value else queryset
 
 

@@ -501,7 +501,8 @@ class JobAdmin(ReadOnlyAdmin, admin.ModelAdmin):  # type: ignore[type-arg]
                 name="django_jobs_dashboard_timeseries",
             ),
             path(
-                "dashboard/queue/<str:queue>/pause/",
+                # path: a queue name may hold a "/" ("reports/daily").
+                "dashboard/queue/<path:queue>/pause/",
                 wrap(self.pause_view),
                 name="django_jobs_queue_pause",
             ),

@@ -20,6 +20,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured
+from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -30,6 +31,7 @@ from ..backend import JobsBackend, jobs_backend
 from ..conf import MAX_CATCH_UP_LIMIT, cron_problem, timezone_problem
 from ..exceptions import EnqueueError, NotAJobsBackendError
 from ..models import Schedule
+from ..payload import check_arguments
 from ..tasks import JobTask
 
 
@@ -53,6 +55,15 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
         except ImproperlyConfigured as exc:
             if "backend" in data:
                 self.add_error("backend", str(exc))
+        here = router.db_for_write(Schedule)
+        if backend is not None and backend.db != here:
+            # Its schedulers read schedules from its own database; saved here, it never fired.
+            self.add_error(
+                "backend",
+                f"{backend.alias!r} keeps its jobs in the database {backend.db!r}, and this "
+                f"admin saves schedules in {here!r}: declare its schedules in its "
+                "OPTIONS['SCHEDULES'] instead.",
+            )
         name = data.get("task_name")
         if name is not None:
             registry.discover(backend.settings.TASK_MODULES if backend else ())
@@ -69,6 +80,14 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             self.add_error("args", "args must be a JSON list.")
         if "kwargs" in data and not isinstance(data["kwargs"], dict):
             self.add_error("kwargs", "kwargs must be a JSON object.")
+        args, kwargs = data.get("args"), data.get("kwargs")
+        if isinstance(args, list) and isinstance(kwargs, dict) and backend is not None:
+            # What an enqueue refuses (text PostgreSQL cannot hold, a size past
+            # the bound) failed the save with a DataError, or every tick after it.
+            try:
+                check_arguments(args, kwargs, backend.settings.MAX_PAYLOAD_BYTES)
+            except EnqueueError as exc:
+                self.add_error("args", str(exc))
         catch_up = data.get("max_catch_up")
         if catch_up is not None and not 1 <= catch_up <= MAX_CATCH_UP_LIMIT:
             self.add_error("max_catch_up", f"must be from 1 to {MAX_CATCH_UP_LIMIT}.")
