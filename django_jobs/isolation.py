@@ -17,8 +17,12 @@ same ``TaskRunner`` as a job thread and sends its ``Report`` back.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import multiprocessing
+import os
+import signal
+import sys
 import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -29,7 +33,30 @@ if TYPE_CHECKING:
     from .values import Claimed, Report
 
 
-def _child(backend: str, worker_id: uuid.UUID, claimed: dict[str, Any], pipe: Connection) -> None:
+# prctl(2)'s option: the signal this process gets when the thread that made it ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """End this child when the worker that started it ends, however it ends (Linux).
+
+    A daemon child is ended only by a Python exit of its parent. A worker that
+    ends otherwise (``os._exit`` at shutdown, SIGKILL, the OOM killer) left
+    the child running its task after the job was released, and the job ran
+    a second time elsewhere while this one still did.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the worker ended before the line above took effect
+        os._exit(1)
+
+
+def _child(
+    parent: int, backend: str, worker_id: uuid.UUID, claimed: dict[str, Any], pipe: Connection
+) -> None:
+    _die_with(parent)
     import django
 
     django.setup()
@@ -66,7 +93,7 @@ def run_isolated(
     process = context.Process(
         target=_child,
         # Plain data only: unpickling our classes would import models before setup.
-        args=(backend, worker_id, dataclasses.asdict(claimed), sender),
+        args=(os.getpid(), backend, worker_id, dataclasses.asdict(claimed), sender),
         name=f"django-jobs-isolated-{claimed.job_id}",
         daemon=True,
     )

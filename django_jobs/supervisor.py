@@ -31,6 +31,7 @@ from .backend import jobs_backend
 from .health import database_problem
 from .probes import ProbeServer
 from .worker import RECYCLE_EXIT_CODE, WorkerConfig, run_worker
+from .worker.process import STOP_SIGNALS
 from .worker.pulse import Pulse
 
 logger = logging.getLogger("django_jobs.supervisor")
@@ -189,8 +190,15 @@ class Supervisor:
             args=(self.config, slot.worker_id, slot.pulse),
             name=f"django-jobs-worker-{slot.number}",
         )
+        # Forked with the stop signals blocked: until the worker installs its own
+        # handlers, a relayed SIGTERM reached the supervisor's handler in the
+        # child's copy, did nothing, and the worker ran on until SIGKILLed.
         with self._forking:
-            process.start()
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                process.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         slot.process = process
         slot.started = time.monotonic()
         slot.restart_at = 0.0
@@ -202,8 +210,10 @@ class Supervisor:
         process.join()
         code = process.exitcode
         slot.process = None
-        if code not in (0, RECYCLE_EXIT_CODE):
-            self._release(slot, process.pid, code)
+        # Even after a clean exit code: a task's os._exit(0) ends its worker
+        # with "0" and its leases held, which then waited for the reaper, or
+        # (with --burst) for nobody at all.
+        self._release(slot, process.pid, code, died=code not in (0, RECYCLE_EXIT_CODE))
         if self.stop_requests or (code == 0 and self.config.burst):
             return
         # A worker that keeps dying at start-up is restarted ever more slowly;
@@ -216,20 +226,33 @@ class Supervisor:
         slot.restart_at = time.monotonic() + slot.restart_delay
         logger.info("Replacing worker slot %d in %.1fs", slot.number, slot.restart_delay)
 
-    def _release(self, slot: _Slot, pid: int | None, code: int | None) -> None:
+    def _release(self, slot: _Slot, pid: int | None, code: int | None, *, died: bool) -> None:
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
         reason = f"worker process {pid} died ({how})"
-        logger.error("Worker process %s died (%s); releasing its jobs now.", pid, how)
-        for _ in range(20):
+        if died:
+            logger.error("Worker process %s died (%s); releasing its jobs now.", pid, how)
+        # A clean exit released its own jobs, as a rule: one look for what a
+        # task's os._exit(0) left, not twenty tries at a database that is down.
+        for _ in range(20 if died else 1):
             try:
                 released = self.engine.release_worker(slot.worker_id, reason)
                 self.engine.stop_worker(slot.worker_id)
-                if released:
+                if released and not died:
+                    logger.error(
+                        "Worker process %s exited (%s) still holding %d job(s); released them.",
+                        pid,
+                        how,
+                        released,
+                    )
+                elif released:
                     logger.warning("Released %d job(s) of worker %s", released, pid)
                 break
             except DatabaseError as exc:
-                logger.warning("Could not release worker %s yet (%s); retrying", pid, exc)
                 connections.close_all()
+                if not died:  # its leases, if any, go to the reaper
+                    logger.warning("Could not look at worker %s after its exit (%s).", pid, exc)
+                    break
+                logger.warning("Could not release worker %s yet (%s); retrying", pid, exc)
                 time.sleep(0.5)
         connections.close_all()
 

@@ -16,6 +16,9 @@ from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState
 from django_jobs.models import Attempt, Job, Step, Worker
+from django_jobs.worker.config import WorkerConfig
+from django_jobs.worker.process import STOP_SIGNALS
+from django_jobs.worker.process import Worker as WorkerProcessParts
 from tests.conftest import WorkerProcess, wait_until
 from tests.testapp import tasks
 from tests.testapp.models import Ledger
@@ -84,6 +87,59 @@ def test_supervisor_releases_a_dead_workers_jobs_at_once(pg: None, start_workers
         AttemptOutcome.SUCCEEDED,
     ]
     assert "died (killed by signal 9)" in result.attempt_log[0].error_message
+
+
+def test_supervisor_releases_at_once_a_worker_that_exited_zero_holding_a_job(
+    pg: None, start_workers: Start
+) -> None:
+    result = tasks.exits.enqueue(0)  # os._exit(0) in a job thread: the worker ends "cleanly"
+    burst = start_workers("--burst", "--concurrency", "1")
+
+    burst.wait(30)
+
+    result.refresh()
+    assert (result.state, [a.outcome for a in result.attempt_log]) == (
+        JobState.QUEUED,
+        [AttemptOutcome.LOST],
+    )
+    assert "died (exit 0)" in result.attempt_log[0].error_message
+
+
+def test_sigterm_ends_an_isolated_suspects_child_with_its_worker(
+    pg: None, start_workers: Start
+) -> None:
+    result = tasks.slow_record.enqueue(4.0)
+    Job.objects.filter(id=result.id).update(lost_streak=1)  # a suspect: it runs in a child
+    workers = start_workers("--backend", "fast", "--concurrency", "1")
+    running = Attempt.objects.filter(job_id=result.id, outcome=AttemptOutcome.RUNNING)
+    wait_until(running.exists, timeout=30)
+    time.sleep(1.0)  # the child is running the task
+
+    workers.signal(signal.SIGTERM)  # the grace (1 s) ends before the task does
+    workers.wait(20)
+    time.sleep(4.5)  # past the moment the task would have written its row
+
+    assert job_state(result.id) == JobState.QUEUED  # released: it may run elsewhere now
+    assert not Ledger.objects.exists()  # and never ran on here
+
+
+def test_a_stop_signal_relayed_while_a_worker_is_built_stops_it_once_it_can(pg: None) -> None:
+    """The supervisor forks with SIGTERM blocked; the worker's handlers take what waited."""
+    child = os.fork()
+    if child == 0:
+        code = 2
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # as forked by the supervisor
+            os.kill(os.getpid(), signal.SIGTERM)  # relayed before the worker's handlers exist
+            worker = WorkerProcessParts(WorkerConfig(backend="default"))
+            worker.install_signal_handlers(handle_sigint=False)
+            code = 0 if worker.stopping.is_set() else 1
+        finally:
+            os._exit(code)
+
+    _, status = os.waitpid(child, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_sigkill_between_steps__the_rerun_on_a_fresh_worker_runs_only_the_step_left(

@@ -51,6 +51,10 @@ from .watchdog import Watchdog
 logger = logging.getLogger("django_jobs.worker")
 
 
+# The signals that stop a worker, blocked while the supervisor forks one.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
 class Worker:
     def __init__(
         self,
@@ -140,6 +144,9 @@ class Worker:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal if handle_sigint else signal.SIG_IGN)
+        # The supervisor forks with the stop signals blocked (supervisor.py): one
+        # it relayed meanwhile waited, and is handled here, now that it can be.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def run(self) -> int:
         registry.discover(self.settings.TASK_MODULES)
