@@ -207,6 +207,20 @@ def test_sigterm_releases_jobs_that_outlive_the_grace_period(
     assert "shut down before the job finished" in result.attempt_log[0].error_message
 
 
+def test_sigterm__a_job_released_at_each_of_three_shutdowns_is_not_taken_for_poison(
+    pg: None, start_workers: Start
+) -> None:
+    result = tasks.slow_record.enqueue(30.0)
+    for _ in range(3):  # three deploys in a row, each past the grace (1 s)
+        worker = start_workers("--backend", "fast", "--concurrency", "1")
+        wait_until(lambda: running_pid(result.id), timeout=30)
+        worker.signal(signal.SIGTERM)
+        worker.wait(20)
+
+    job = Job.objects.get(id=result.id)
+    assert (job.state, job.lost_streak, job.attempts) == (JobState.QUEUED, 0, 3)
+
+
 def postgres_answers() -> bool:
     params = connections["default"].get_connection_params()
     try:

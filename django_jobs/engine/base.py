@@ -173,9 +173,15 @@ class Engine(ABC):
         poison_after = self.options.POISON_LOST_ATTEMPTS
         return leases.release_lease(self.db, worker_id, job_id, token, reason, poison_after)
 
-    def release_worker(self, worker_id: uuid.UUID, reason: str) -> int:
-        """Give back every lease of one worker, their attempts ``lost``, requeued at once."""
-        return leases.release_worker(self.db, worker_id, reason, self.options.POISON_LOST_ATTEMPTS)
+    def release_worker(self, worker_id: uuid.UUID, reason: str, *, suspect: bool = True) -> int:
+        """Give back every lease of one worker, their attempts ``lost``, requeued at once.
+
+        ``suspect=False``: the worker stops on purpose; the losses do not count
+        towards poison (``leases.lose``).
+        """
+        return leases.release_worker(
+            self.db, worker_id, reason, self.options.POISON_LOST_ATTEMPTS, suspect=suspect
+        )
 
     # -- the task's steps --------------------------------------------------------
 

@@ -217,12 +217,16 @@ def reap(db: str, batch: int, poison_after: int, lease_seconds: float) -> int:
     return len(jobs)
 
 
-def release_worker(db: str, worker_id: uuid.UUID, reason: str, poison_after: int) -> int:
+def release_worker(
+    db: str, worker_id: uuid.UUID, reason: str, poison_after: int, *, suspect: bool = True
+) -> int:
     """Give back every lease of one worker at once, its attempts ``lost``.
 
     Used when the supervisor saw the worker process die and when a shutdown's
     grace period ends with jobs still running: waiting for the leases to
-    expire would only delay the re-run.
+    expire would only delay the re-run. ``suspect=False`` for the second: a
+    worker that stops on purpose says nothing of whether its jobs kill
+    workers (``lose``).
     """
     with transaction.atomic(using=db):
         jobs = list(
@@ -231,7 +235,7 @@ def release_worker(db: str, worker_id: uuid.UUID, reason: str, poison_after: int
             .only(*LOST_FIELDS)
             .order_by("id")
         )
-        lose(db, jobs, reason, poison_after)
+        lose(db, jobs, reason, poison_after, suspect=suspect)
     return len(jobs)
 
 
@@ -260,8 +264,17 @@ def release_lease(
     return len(jobs)
 
 
-def lose(db: str, jobs: Sequence[Job], reason: str, poison_after: int) -> None:
-    """End the leases of locked, leased ``jobs``: each attempt ``lost``, each job moved on."""
+def lose(
+    db: str, jobs: Sequence[Job], reason: str, poison_after: int, *, suspect: bool = True
+) -> None:
+    """End the leases of locked, leased ``jobs``: each attempt ``lost``, each job moved on.
+
+    ``suspect``: whether the loss may be the job's doing (its worker died, its
+    lease expired), counted in ``lost_streak`` towards poison. A worker that
+    releases what outlived its shutdown's grace is not: counted, a long job
+    interrupted by three deploys in a row was quarantined as poison, and ran
+    isolated after each one.
+    """
     if not jobs:
         return
     now = timezone.now()
@@ -289,7 +302,7 @@ def lose(db: str, jobs: Sequence[Job], reason: str, poison_after: int) -> None:
             continue
         if job.state == JobState.CANCELLING:
             transition = Transition.REAP_CANCEL
-        elif job.lost_streak + 1 >= poison_after:
+        elif suspect and job.lost_streak + 1 >= poison_after:
             transition = Transition.POISON
         elif job.attempts < job.max_attempts:
             transition = Transition.REAP
@@ -299,7 +312,7 @@ def lose(db: str, jobs: Sequence[Job], reason: str, poison_after: int) -> None:
             "state": target(transition),
             "updated_at": now,
             "last_error": f"lost: {reason}",
-            "lost_streak": F("lost_streak") + 1,
+            "lost_streak": F("lost_streak") + 1 if suspect else F("lost_streak"),
             "leased_by": None,
             "leased_at": None,
         }

@@ -233,7 +233,8 @@ class Producer:
 
     def _release_all(self, reason: str) -> None:
         released = self.faults.retry(
-            lambda: self.engine.release_worker(self.identity.id, reason), tries=RELEASE_TRIES
+            lambda: self.engine.release_worker(self.identity.id, reason, suspect=False),
+            tries=RELEASE_TRIES,
         )
         if released:
             logger.warning("Released %d running job(s): %s", released, reason)
