@@ -782,6 +782,16 @@ def test_json__run_now_over_a_filter_reports_counts(pg: None) -> None:
     assert Job.objects.get(id=later.id).run_after <= timezone.now()
 
 
+def test_json__prune_counts_what_it_would_delete_by_state(pg: None) -> None:
+    month = 30 * 86400
+    make_job(JobState.SUCCEEDED, finished_seconds_ago=month)
+    make_job(JobState.FAILED, finished_seconds_ago=month)
+
+    pruned = json.loads(jobs("prune", "--dry-run", "--json")[0])
+
+    assert (pruned["jobs"], pruned["jobs_by_state"]) == (2, {"failed": 1, "succeeded": 1})
+
+
 def test_json__list_show_stats_pause_and_prune_each_print_one_document(pg: None) -> None:
     job = make_job(JobState.FAILED, tenant="acme")
     control.apply("retry", job.id, actor="alice")

@@ -56,7 +56,10 @@ def prune(command: BaseCommand, backend: JobsBackend, options: dict[str, Any]) -
         keep_rate_windows=_longest(rates),
     )
     if options["json"]:
-        command.stdout.write(render.document(dataclasses.asdict(result)))
+        # asdict() rebuilds a Counter from its items, counting (state, n) pairs
+        # as keys: the document failed to encode whenever anything was pruned.
+        document = {**dataclasses.asdict(result), "jobs_by_state": dict(result.jobs_by_state)}
+        command.stdout.write(render.document(document))
         return
     by_state = ", ".join(f"{s} {n}" for s, n in sorted(result.jobs_by_state.items()))
     verb = "Would delete" if result.dry_run else "Deleted"
