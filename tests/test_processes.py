@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -16,10 +17,7 @@ from django.utils import timezone
 
 from django_jobs import AttemptOutcome, JobState
 from django_jobs.models import Attempt, Job, Step, Worker
-from django_jobs.worker.config import WorkerConfig
-from django_jobs.worker.process import STOP_SIGNALS
-from django_jobs.worker.process import Worker as WorkerProcessParts
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import ROOT, WorkerProcess, subprocess_env, wait_until
 from tests.testapp import tasks
 from tests.testapp.models import Ledger
 
@@ -124,22 +122,29 @@ def test_sigterm_ends_an_isolated_suspects_child_with_its_worker(
 
 
 def test_a_stop_signal_relayed_while_a_worker_is_built_stops_it_once_it_can(pg: None) -> None:
-    """The supervisor forks with SIGTERM blocked; the worker's handlers take what waited."""
-    child = os.fork()
-    if child == 0:
-        code = 2
-        try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # as forked by the supervisor
-            os.kill(os.getpid(), signal.SIGTERM)  # relayed before the worker's handlers exist
-            worker = WorkerProcessParts(WorkerConfig(backend="default"))
-            worker.install_signal_handlers(handle_sigint=False)
-            code = 0 if worker.stopping.is_set() else 1
-        finally:
-            os._exit(code)
+    """The supervisor forks with SIGTERM blocked; the worker's handlers take what waited.
 
-    _, status = os.waitpid(child, 0)
+    In a fresh interpreter, as a worker process is: a fork of this test process
+    carries whatever earlier tests left in it.
+    """
+    script = """
+import os, signal, sys
+import django
+django.setup()
+from django_jobs.worker.config import WorkerConfig
+from django_jobs.worker.process import STOP_SIGNALS, Worker
+signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # as forked by the supervisor
+os.kill(os.getpid(), signal.SIGTERM)  # relayed before the worker's handlers exist
+worker = Worker(WorkerConfig(backend="default"))
+worker.install_signal_handlers(handle_sigint=False)
+sys.exit(0 if worker.stopping.is_set() else 1)
+"""
 
-    assert os.waitstatus_to_exitcode(status) == 0
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=subprocess_env(), cwd=ROOT, timeout=60
+    )
+
+    assert done.returncode == 0
 
 
 def test_sigkill_between_steps__the_rerun_on_a_fresh_worker_runs_only_the_step_left(
