@@ -369,6 +369,7 @@ def test_assert_not_enqueued__failure_lists_the_jobs_found() -> None:
     ("kwargs", "message"),
     [
         ({"task": 3}, "task must be a task or its dotted name, not 3"),
+        ({"task": None}, "task must be a task or its dotted name, not None"),
         ({"task": tasks.add, "args": "12"}, "args must be a list or tuple"),
         ({"task": tasks.add, "kwargs": [1]}, "kwargs must be a dict"),
         ({"task": tasks.add, "args": [{1}]}, r"args\[0\] is a set, which does not survive"),
@@ -378,8 +379,22 @@ def test_assert_not_enqueued__failure_lists_the_jobs_found() -> None:
 def test_assert_enqueued__refuses_what_it_cannot_compare(
     kwargs: dict[str, object], message: str
 ) -> None:
+    tasks.noop.enqueue()  # a job of another task: None must not match it
     with pytest.raises((TypeError, ValueError), match=message):
         assert_enqueued(**kwargs)  # type: ignore[arg-type]
+    if "count" not in kwargs:  # the one argument assert_not_enqueued does not take
+        with pytest.raises((TypeError, ValueError), match=message):
+            assert_not_enqueued(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_assert_enqueued__compares_arguments_as_json_so_true_is_not_one() -> None:
+    tasks.echo.enqueue(True, n=1.5)
+
+    assert_enqueued(tasks.echo, args=[True], kwargs={"n": 1.5}, count=1)
+    assert_not_enqueued(tasks.echo, args=[1])
+    assert_not_enqueued(tasks.echo, kwargs={"n": 1})
 
 
 # -- captured_jobs ------------------------------------------------------------------

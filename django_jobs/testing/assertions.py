@@ -54,6 +54,7 @@ def assert_enqueued(
     ``args`` and ``kwargs`` are compared exactly; one left out matches any.
     ``count`` asks for exactly that many; by default, at least one.
     """
+    _task_name(task)  # None would match every task's jobs
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise ValueError(f"count must be a whole number >= 0, not {count!r}.")
     wanted = _wanted(args, kwargs, queue)
@@ -76,6 +77,7 @@ def assert_not_enqueued(
     backend: str = "default",
 ) -> None:
     """Fail if any job of ``task`` with these arguments is enqueued (any, if none given)."""
+    _task_name(task)  # None would match every task's jobs
     wanted = _wanted(args, kwargs, queue)
     found = _matching(task, wanted, backend)
     if found:
@@ -120,8 +122,13 @@ def _matching(task: Task[Any, Any] | str, wanted: dict[str, Any], backend: str) 
     return [
         job
         for job in enqueued_jobs(task, backend=backend)
-        if all(getattr(job, name) == value for name, value in wanted.items())
+        if all(_same(getattr(job, name), value) for name, value in wanted.items())
     ]
+
+
+def _same(stored: Any, wanted: Any) -> bool:
+    """Equal as JSON: Python's ``==`` takes ``True`` for ``1`` and ``1.0`` for ``1``."""
+    return json.dumps(stored, sort_keys=True) == json.dumps(wanted, sort_keys=True)
 
 
 def _described(wanted: dict[str, Any]) -> str:
