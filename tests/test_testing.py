@@ -33,6 +33,7 @@ from django_jobs.models import Job
 from django_jobs.testing import (
     DrainLimitError,
     Jobs,
+    JobsWorker,
     assert_enqueued,
     assert_not_enqueued,
     captured_jobs,
@@ -227,6 +228,29 @@ def test_drain__sends_task_finished_as_a_worker_does(in_test_transaction: str) -
         task_finished.disconnect(receiver)
 
     assert finished == [(result.id, "SUCCESSFUL")]
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_drain__in_a_testcase_a_tasks_own_sql_error_fails_its_attempt_not_the_drain() -> None:
+    result = ours.divides_by_zero_in_sql.enqueue()
+
+    drained = drain()
+
+    assert [r.outcome for r in drained.ran] == [AttemptOutcome.FAILED] * 2
+    assert Job.objects.get(id=result.id).state == JobState.EXHAUSTED
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_jobs_worker__keeps_the_attempts_of_a_call_that_reached_its_limit() -> None:
+    worker = JobsWorker(max_attempts=3)
+    ours.enqueues_itself.enqueue()
+
+    with pytest.raises(DrainLimitError):
+        worker()
+
+    assert [r.outcome for r in worker.ran] == [AttemptOutcome.SUCCEEDED] * 3
 
 
 @pytest.mark.django_db

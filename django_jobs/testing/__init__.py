@@ -97,15 +97,21 @@ class JobsWorker:
         self.jobs = Jobs(backend)
         self.defaults = defaults  # drain()'s options for every call
         self.drains: list[Drained] = []
+        self._ran: list[Ran] = []  # every call's attempts, a call that raised too
 
     def __call__(self, queue: str | None = None, **options: Any) -> Drained:
-        drained = self.jobs.drain(queue, **{**self.defaults, **options})
+        try:
+            drained = self.jobs.drain(queue, **{**self.defaults, **options})
+        except DrainLimitError as stopped:
+            self._ran += stopped.ran
+            raise
         self.drains.append(drained)
+        self._ran += drained.ran
         return drained
 
     @property
     def ran(self) -> list[Ran]:
-        return [attempt for drained in self.drains for attempt in drained.ran]
+        return list(self._ran)
 
 
 __all__ = [

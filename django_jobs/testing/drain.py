@@ -38,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -60,7 +62,14 @@ _FAILURES = (JobState.FAILED, JobState.EXHAUSTED)
 
 
 class DrainLimitError(AssertionError):
-    """A drain ran its most attempts and work was still due: a task may re-enqueue forever."""
+    """A drain ran its most attempts and work was still due: a task may re-enqueue forever.
+
+    ``ran`` holds the attempts it did run, as ``Drained.ran`` would have.
+    """
+
+    def __init__(self, message: str, ran: tuple[Ran, ...] = ()) -> None:
+        super().__init__(message)
+        self.ran = ran
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +199,8 @@ class _Drain:
                 raise DrainLimitError(
                     f"drain ran {limit} attempts and jobs of {', '.join(self.queues)} are still "
                     "due: a task may be enqueueing jobs without end. Pass max_attempts=... to "
-                    "allow more."
+                    "allow more.",
+                    ran=tuple(self.ran),
                 )
             report = self._attempt(claimed)
             self.ran.append(self._written(claimed, report))
@@ -242,11 +252,22 @@ class _Drain:
             timer = threading.Timer(claimed.timeout, attempt.control.stop, (JobTimedOut,))
             timer.daemon = True
             timer.start()
+        # Inside a TestCase the task shares the test's transaction: a database
+        # error it raised aborted that transaction, and every write after it
+        # (this attempt's outcome first) failed. In a savepoint, it aborts only
+        # the task's part, as autocommit in a worker would.
+        connection = connections[self.engine.db]
+        savepoint = connection.savepoint() if connection.in_atomic_block else None
         try:
             return self.runner.run(claimed, attempt.control)
         finally:
             if timer is not None:
                 timer.cancel()
+            if savepoint is not None:
+                if aborted(connection):
+                    connection.savepoint_rollback(savepoint)
+                else:
+                    connection.savepoint_commit(savepoint)
 
     def _written(self, claimed: Claimed, report: Report) -> Ran:
         """Write the outcome through the completer, and see where it left the job."""
@@ -330,3 +351,13 @@ def _queues(
             f"its queues are {', '.join(sorted(backend.queues))}."
         )
     return names
+
+
+def aborted(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the connection's transaction failed and takes no statement but a rollback.
+
+    PostgreSQL's state, read from psycopg without a query; SQLite has no such state.
+    """
+    info = getattr(connection.connection, "info", None)
+    status = getattr(info, "transaction_status", None)
+    return getattr(status, "name", "") == "INERROR"

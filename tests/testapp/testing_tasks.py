@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.db import connection
+
 from django_jobs import Backoff, task
 from django_jobs.tasks import JobContext
 
@@ -46,3 +48,10 @@ def enqueues_itself() -> None:
 def fans_out(count: int, backend: str) -> None:
     for _ in range(count):
         tasks.noop.using(backend=backend).enqueue()
+
+
+@task(max_attempts=2)
+def divides_by_zero_in_sql() -> None:
+    """A database error of the task's own: in a TestCase it aborts the test's transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1/0")
