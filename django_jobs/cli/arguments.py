@@ -13,12 +13,13 @@ import math
 from argparse import ArgumentTypeError
 from datetime import timedelta
 
-from django_jobs.exceptions import MAX_RETRY_DELAY_SECONDS
+from django_jobs.exceptions import MAX_ATTEMPTS_LIMIT, MAX_RETRY_DELAY_SECONDS
 from django_jobs.text import unstorable
 
-# The largest whole number an option takes: a PostgreSQL integer. Far above any
-# sensible limit or batch size, and a LIMIT past a bigint failed in the database.
-MAX_WHOLE_NUMBER = 2**31 - 1
+# The largest whole number an option takes: a PostgreSQL integer, as the attempt
+# counter. Far above any sensible limit or batch size, and a LIMIT past a bigint
+# failed in the database.
+MAX_WHOLE_NUMBER = MAX_ATTEMPTS_LIMIT
 
 # The longest duration an option takes, a hundred years, as the product bounds
 # every delay: far longer, the timedelta or datetime built from it overflowed.

@@ -312,10 +312,11 @@ def lose(
             "state": target(transition),
             "updated_at": now,
             "last_error": f"lost: {reason}",
-            "lost_streak": F("lost_streak") + 1 if suspect else F("lost_streak"),
             "leased_by": None,
             "leased_at": None,
         }
+        if suspect:
+            changes["lost_streak"] = F("lost_streak") + 1
         if transition is Transition.REAP:
             changes["run_after"] = now
         else:
